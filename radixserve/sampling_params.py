@@ -1,0 +1,125 @@
+"""Sampling parameters of one request, with validation that names the bad field."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional, Union
+
+
+@dataclass
+class SamplingParams:
+    """SGLang-compatible sampling parameters.
+
+    temperature 0 means greedy.  top_k -1 (or 0) means no top-k cut.  ``stop`` strings are
+    trimmed from the returned text; ``stop_token_ids`` end generation on those ids (kept in
+    ``output_ids``).  ``seed`` makes sampling reproducible per request independent of batch
+    composition; with ``n > 1`` copy ``i`` uses ``seed + i``.
+    """
+
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    stop: Union[str, list[str], None] = None
+    stop_token_ids: Optional[list[int]] = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    logit_bias: Optional[dict[int, float]] = None
+    seed: Optional[int] = None
+    n: int = 1
+
+    @classmethod
+    def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"sampling_params.{unknown[0]}: unknown sampling parameter")
+        return cls(**d)
+
+    @property
+    def stop_strs(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    def needs_penalty(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
+    def verify(self, vocab_size: int) -> None:
+        """Raise ValueError naming the first invalid field."""
+
+        def bad(name: str, why: str) -> None:
+            raise ValueError(f"sampling_params.{name}: {why} (got {getattr(self, name)!r})")
+
+        def is_int(x: Any) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        def is_num(x: Any) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+        for name in ("max_new_tokens", "min_new_tokens", "top_k", "n"):
+            if not is_int(getattr(self, name)):
+                bad(name, "must be an integer")
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+            if not is_num(getattr(self, name)):
+                bad(name, "must be a number")
+        if self.max_new_tokens < 0:
+            bad("max_new_tokens", "must be >= 0")
+        if self.min_new_tokens < 0 or self.min_new_tokens > self.max_new_tokens:
+            bad("min_new_tokens", "must be in [0, max_new_tokens]")
+        if self.temperature < 0:
+            bad("temperature", "must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            bad("top_p", "must be in (0, 1]")
+        if self.top_k < -1:
+            bad("top_k", "must be -1 (disabled) or >= 1")
+        if not 0.0 <= self.min_p <= 1.0:
+            bad("min_p", "must be in [0, 1]")
+        if self.repetition_penalty <= 0:
+            bad("repetition_penalty", "must be > 0")
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            bad("frequency_penalty", "must be in [-2, 2]")
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            bad("presence_penalty", "must be in [-2, 2]")
+        if self.n < 1:
+            bad("n", "must be >= 1")
+        if self.seed is not None and not is_int(self.seed):
+            bad("seed", "must be an integer")
+        if self.stop is not None:
+            stops = self.stop_strs
+            if not all(isinstance(s, str) and s for s in stops):
+                bad("stop", "must be a non-empty string or a list of non-empty strings")
+        if self.stop_token_ids is not None:
+            if not isinstance(self.stop_token_ids, (list, tuple)) or not all(
+                is_int(t) and 0 <= t < vocab_size for t in self.stop_token_ids
+            ):
+                bad("stop_token_ids", f"must be a list of token ids in [0, {vocab_size})")
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, dict):
+                bad("logit_bias", "must be a mapping token_id -> bias")
+            clean = {}
+            for k, v in self.logit_bias.items():
+                try:
+                    tid = int(k)
+                except (TypeError, ValueError):
+                    bad("logit_bias", f"key {k!r} is not a token id")
+                if not 0 <= tid < vocab_size:
+                    bad("logit_bias", f"token id {tid} is outside [0, {vocab_size})")
+                if not is_num(v):
+                    bad("logit_bias", f"bias for {tid} must be a number")
+                clean[tid] = float(v)
+            self.logit_bias = clean
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be a boolean")
+

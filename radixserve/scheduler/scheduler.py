@@ -1,0 +1,302 @@
+"""Continuous batching over the radix cache.
+
+Each ``step()`` runs one model step: an extend (prefill) batch when waiting requests can
+be admitted, otherwise one decode step for every running request.  Admission reserves
+memory for the decode tokens requests will still need; when decode runs out anyway,
+requests are retracted (their computed KV stays cached) and re-queued.
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any, Callable, Optional, Protocol
+
+import numpy as np
+
+from radixserve.config import SchedulerConfig
+from radixserve.ipc.messages import ReqInit, StepPlan, StepReq, StepResult
+from radixserve.mem_cache.invariants import check_memory_invariants
+from radixserve.scheduler.kv_manager import KVManager
+from radixserve.scheduler.policy import InBatchPrefixFilter, order_waiting
+from radixserve.scheduler.req import FinishReason, Req, ReqStatus
+from radixserve.scheduler.stop import StopChecker
+
+logger = logging.getLogger(__name__)
+
+
+class Worker(Protocol):
+    def step(self, plan: StepPlan) -> StepResult: ...
+
+
+class Scheduler:
+    def __init__(self, cfg: SchedulerConfig, worker: Worker, kv: KVManager, context_len: int,
+                 stop_checker: StopChecker, vocab_size: int) -> None:
+        self.cfg = cfg
+        self.worker = worker
+        self.kv = kv
+        self.context_len = context_len
+        self.stops = stop_checker
+        self.vocab_size = vocab_size
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.chunked: Optional[Req] = None
+        self.ratio = cfg.new_token_ratio
+        self._release: list[str] = []
+        self.num_retractions = 0
+        self.hooks: list[Callable[[Req], None]] = []  # called for every finished request
+
+    # ------------------------------------------------------------------ requests
+    def validate(self, req: Req) -> None:
+        """Raise ValueError naming the bad field; clamps max_new_tokens to the context."""
+        n = len(req.input_ids)
+        if n == 0:
+            raise ValueError("input_ids: the prompt is empty")
+        if min(req.input_ids) < 0 or max(req.input_ids) >= self.vocab_size:
+            raise ValueError(f"input_ids: token ids must be in [0, {self.vocab_size})")
+        if n >= self.context_len:
+            raise ValueError(f"input_ids: the prompt has {n} tokens; the context length is {self.context_len}")
+        if n + 1 > self.kv.capacity:
+            raise ValueError(f"input_ids: the prompt has {n} tokens; the KV pool holds {self.kv.capacity}")
+        req.sampling.verify(self.vocab_size)
+        room = min(self.context_len, self.kv.capacity) - n
+        req.sampling.max_new_tokens = min(req.sampling.max_new_tokens, room)
+        req.sampling.min_new_tokens = min(req.sampling.min_new_tokens, req.sampling.max_new_tokens)
+        if req.return_logprob and req.logprob_start_len >= 0:
+            req.logprob_start_len = min(req.logprob_start_len, n - 1)
+
+    def add_request(self, req: Req) -> None:
+        self.validate(req)
+        if self.cfg.max_queued_requests is not None and len(self.waiting) >= self.cfg.max_queued_requests:
+            raise OverflowError("the waiting queue is full")
+        self.waiting.append(req)
+
+    def abort(self, rid: str, message: str = "aborted") -> Optional[Req]:
+        for req in list(self.waiting):
+            if req.rid == rid:
+                self.waiting.remove(req)
+                req.finish_reason = FinishReason.abort(message)
+                self._finish(req)
+                return req
+        for req in self.running:
+            if req.rid == rid and not req.finished:
+                req.finish_reason = FinishReason.abort(message)
+                self._retire(req)
+                return req
+        return None
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> list[Req]:
+        """Run one model step; returns the requests that produced output or finished."""
+        touched: list[Req] = []
+        plan, batch = self._prefill_plan()
+        if plan is None:
+            plan, batch, touched = self._decode_plan()
+        if plan is None:
+            if self._release:
+                self.worker.step(StepPlan(False, [], self._take_release()))
+            return touched
+        result = self.worker.step(plan)
+        return touched + self._process(plan, batch, result)
+
+    def _take_release(self) -> list[str]:
+        out, self._release = self._release, []
+        return out
+
+    # ------------------------------------------------------------------ extend
+    def _prefill_plan(self):
+        cfg, kv = self.cfg, self.kv
+        token_budget = cfg.max_prefill_tokens
+        chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size and cfg.chunked_prefill_size > 0 else 1 << 30
+        reserve = sum(r.remaining_new_tokens() for r in self.running) * self.ratio
+        batch: list[tuple[Req, int]] = []
+        if self.chunked is not None:
+            req = self.chunked
+            n = min(req.fill_len - req.kv_len, chunk, token_budget)
+            slots = kv.alloc_slots(n)
+            if slots is None:
+                if not any(r.kv_len == r.fill_len - 1 for r in self.running):
+                    self._retract(req)  # nothing can decode to free memory: start it over
+                return None, None
+            kv.extend_row(req, slots)
+            batch.append((req, n))
+            token_budget -= n
+            if req.kv_len + n == req.fill_len:
+                self.chunked = None
+        if self.chunked is None and self.waiting and len(self.running) < cfg.max_running_requests:
+            self._admit(batch, token_budget, min(chunk, token_budget), reserve)
+        if not batch:
+            return None, None
+        return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
+
+    def _admit(self, batch: list, token_budget: int, chunk: int, reserve: float) -> None:
+        cfg, kv, cache = self.cfg, self.kv, self.kv.cache
+        in_batch = InBatchPrefixFilter(cfg.in_batch_prefix_threshold if cfg.schedule_policy == "lpm" else 0)
+        for req in order_waiting(list(self.waiting), cache, cfg.schedule_policy, cfg.lpm_queue_limit):
+            if len(self.running) >= cfg.max_running_requests or token_budget <= 0:
+                break
+            prefix, node = cache.match_prefix(req.fill_ids[: req.prefix_match_limit()])
+            if in_batch.should_defer(req.fill_ids, len(prefix)):
+                continue
+            extend = req.fill_len - len(prefix)
+            n = min(extend, chunk, token_budget)
+            cache.inc_lock_ref(node)
+            future = req.remaining_new_tokens() * self.ratio + (extend - n)
+            busy = bool(self.running) or bool(batch)
+            if n > kv.available() or (busy and n + future + reserve > kv.available()):
+                cache.dec_lock_ref(node)
+                break
+            slots = kv.alloc_slots(n)
+            kv.admit(req, prefix, node, slots)
+            if not req.admitted_once:
+                req.admitted_once = True
+                req.cached_tokens = len(prefix)
+                cache.record_hit(len(prefix), len(req.input_ids))
+                if req.return_logprob and req.logprob_start_len == 0:
+                    req.input_logprobs.append(None)
+            self.waiting.remove(req)
+            req.status = ReqStatus.RUNNING
+            self.running.append(req)
+            batch.append((req, n))
+            in_batch.add(req.fill_ids)
+            reserve += future
+            token_budget -= n
+            if n < extend:
+                self.chunked = req
+                break
+
+    def _step_req(self, req: Req, n: int) -> StepReq:
+        start = req.kv_len
+        row = self.kv.row(req)
+        ids = req.fill_ids[start: start + n]
+        sample = start + n == req.fill_len and req.remaining_new_tokens() > 0
+        sr = StepReq(req.rid, req.row, start, np.asarray(ids, dtype=np.int64),
+                     row[start: start + n].numpy().astype(np.int64), sample, len(req.output_ids),
+                     return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num)
+        if not req.on_worker or req.extra.pop("resync", False):
+            sr.prefix_slots = row[:start].numpy().astype(np.int64)
+        if not req.on_worker:
+            sp = req.sampling
+            pen = sp.needs_penalty()
+            sr.init = ReqInit(sp, req.seed, penalty_prompt_ids=req.input_ids if pen else None,
+                              penalty_output_ids=list(req.output_ids) if pen else None,
+                              eos_ids=self.stops.eos_ids)
+            req.on_worker = True
+        if req.return_logprob and req.logprob_start_len >= 0 and start < len(req.input_ids):
+            first_row = max(req.logprob_start_len, 1) - 1
+            lo = max(start, first_row)
+            if lo < start + n:
+                fill = req.fill_ids
+                sr.logprob_from = lo - start
+                sr.logprob_targets = np.asarray(
+                    [fill[p + 1] if p + 1 < len(req.input_ids) else -1 for p in range(lo, start + n)], dtype=np.int64)
+        return sr
+
+    # ------------------------------------------------------------------ decode
+    def _decode_plan(self):
+        kv = self.kv
+        ready = [r for r in self.running if r.kv_len == r.fill_len - 1 and r is not self.chunked]
+        touched: list[Req] = []
+        if not ready:
+            return None, None, touched
+        short = len(ready) - kv.allocator.available_size()
+        if short > 0:
+            kv.cache.evict(short)
+        while len(ready) > kv.allocator.available_size():
+            holders = [r for r in self.running if r not in ready]  # mid-prefill requests
+            if len(ready) > 1:
+                victim = min(ready, key=lambda r: (len(r.output_ids), -len(r.input_ids)))
+                ready.remove(victim)
+            elif holders:
+                victim = holders[0]
+            else:  # cannot happen while max_new_tokens is clamped to the pool; never hang
+                victim = ready.pop()
+                victim.finish_reason = FinishReason.abort("out of KV cache memory")
+                self._retire(victim)
+                touched.append(victim)
+                continue
+            self._retract(victim)
+            kv.cache.evict(len(ready) - kv.allocator.available_size())
+        if not ready:
+            return None, None, touched
+        slots = kv.allocator.alloc(len(ready))
+        reqs = []
+        for req, slot in zip(ready, slots.tolist()):
+            kv.req_to_token.table[req.row, req.kv_len] = slot
+            reqs.append(self._step_req(req, 1))
+        self.ratio = max(self.cfg.new_token_ratio, self.ratio - 0.002)
+        return StepPlan(True, reqs, self._take_release()), [(r, 1) for r in ready], touched
+
+    def _retract(self, req: Req) -> None:
+        """Give the request's memory back (its computed prefix stays cached) and re-queue it."""
+        self.num_retractions += 1
+        req.retractions += 1
+        if req.kv_len < len(req.input_ids):
+            req.input_logprobs.clear()  # recomputed on re-admission
+        self.kv.release(req)
+        self.running.remove(req)
+        if self.chunked is req:
+            self.chunked = None
+        self._release.append(req.rid)
+        req.status = ReqStatus.WAITING
+        self.waiting.appendleft(req)
+        self.ratio = min(1.0, self.ratio + 0.1)
+        logger.info("retracted %s (kv pool full); %d waiting", req.rid, len(self.waiting))
+
+    # ------------------------------------------------------------------ results
+    def _process(self, plan: StepPlan, batch, result: StepResult) -> list[Req]:
+        touched = []
+        for (req, n), out in zip(batch, result.outputs):
+            if req.finished:  # aborted while the step ran
+                continue
+            req.kv_len += n
+            req.input_logprobs.extend(out.prompt_logprobs)
+            if out.next_token is not None:
+                req.output_ids.append(out.next_token)
+                if out.next_logprob is not None:
+                    req.output_logprobs.append(out.next_logprob)
+                self.stops.check(req)
+            elif req.kv_len == req.fill_len and req.remaining_new_tokens() == 0:
+                req.finish_reason = FinishReason.length(len(req.output_ids))
+            if req.finished:
+                self._retire(req)
+            elif not plan.decode and self.kv.cache_unfinished(req):
+                req.extra["resync"] = True
+            touched.append(req)
+        return touched
+
+    def _retire(self, req: Req) -> None:
+        if req.row is not None:
+            self.kv.release(req)
+        if req in self.running:
+            self.running.remove(req)
+        if self.chunked is req:
+            self.chunked = None
+        self._release.append(req.rid)
+        self._finish(req)
+
+    def _finish(self, req: Req) -> None:
+        req.status = ReqStatus.FINISHED
+        for hook in self.hooks:
+            hook(req)
+
+    # ------------------------------------------------------------------ admin
+    def flush_cache(self) -> bool:
+        if self.running:
+            return False
+        return self.kv.cache.flush()
+
+    def check_invariants(self) -> None:
+        held = []
+        for req in self.running:
+            row = self.kv.req_to_token.table[req.row]
+            held.append((row[req.cached_len: req.kv_len].long(), req.last_node))
+        check_memory_invariants(self.kv.allocator, self.kv.cache, held)
+
+    def stats(self) -> dict[str, Any]:
+        s = dict(self.kv.cache.stats())
+        s.update(running=len(self.running), waiting=len(self.waiting), free_slots=self.kv.allocator.available_size(),
+                 num_slots=self.kv.capacity, retractions=self.num_retractions)
+        return s

@@ -1,0 +1,209 @@
+"""The model worker: weights, KV pool, its own request->token table, attention and sampling.
+
+``ModelRunner.step(plan)`` executes one ``StepPlan`` and returns a ``StepResult``.  The same
+object serves in-process (the Engine) and inside a worker process.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from radixserve.attention.base import ForwardBatch, ForwardMode, create_attention_backend
+from radixserve.config import CacheConfig, ModelConfig, SchedulerConfig
+from radixserve.ipc.messages import StepOutput, StepPlan, StepResult, TokenLogprob
+from radixserve.mem_cache.kv_pool import KVPool
+from radixserve.mem_cache.req_to_token import ReqToTokenPool
+from radixserve.model import loader
+from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
+
+logger = logging.getLogger(__name__)
+
+
+def cpu_has_native_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" or cpu_has_native_bf16() else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if name not in table:
+        raise ValueError(f"dtype: unknown dtype {name!r} (auto, float32, bfloat16, float16)")
+    return table[name]
+
+
+def _free_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 4 << 30
+
+
+def context_length(config: Any, model_cfg: ModelConfig) -> int:
+    return int(model_cfg.context_length or getattr(config, "max_position_embeddings", 4096))
+
+
+def kv_pool_slots(config: Any, cache_cfg: CacheConfig, dtype: torch.dtype, device: torch.device) -> int:
+    """``--max-total-tokens`` if given, else ``mem_fraction`` of free memory (plus slot 0)."""
+    if cache_cfg.max_total_tokens:
+        return int(cache_cfg.max_total_tokens) + 1
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_slot = KVPool.bytes_per_slot(config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype)
+    return max(2, int(_free_memory_bytes(device) * cache_cfg.mem_fraction) // per_slot)
+
+
+class ModelRunner:
+    def __init__(self, model_cfg: ModelConfig, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig,
+                 hf_dir: str, num_slots: int, show_progress: bool = False) -> None:
+        self.device = resolve_device(model_cfg.device)
+        self.dtype = resolve_dtype(model_cfg.dtype, self.device)
+        torch.manual_seed(model_cfg.seed)
+        self.config = loader.load_config(hf_dir)
+        self.context_len = context_length(self.config, model_cfg)
+        self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
+                                       show_progress=show_progress)
+        head_dim = self.model.layers[0].self_attn.head_dim
+        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, self.config.num_key_value_heads,
+                              head_dim, self.dtype, self.device)
+        self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
+        self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device)
+        self.vocab_size = self.config.vocab_size
+        self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
+        self.states: dict[str, ReqSamplingState] = {}
+
+    # ------------------------------------------------------------------ one step
+    def step(self, plan: StepPlan) -> StepResult:
+        for rid in plan.release:
+            self.states.pop(rid, None)
+        if not plan.reqs:
+            return StepResult([])
+        dev = self.device
+        table = self.req_to_token.table
+        ids, pos, locs, rows, starts, lens = [], [], [], [], [], []
+        for r in plan.reqs:
+            n = len(r.input_ids)
+            if r.prefix_slots is not None and r.start:
+                table[r.row, : r.start] = torch.from_numpy(r.prefix_slots.astype(np.int32))
+            if r.init is not None:
+                i = r.init
+                self.states[r.rid] = make_state(i.sampling, i.seed, i.eos_ids, self.vocab_size,
+                                                i.penalty_prompt_ids, i.penalty_output_ids, dev)
+            ids.append(r.input_ids)
+            pos.append(np.arange(r.start, r.start + n))
+            locs.append(r.slots)
+            rows.append(r.row)
+            starts.append(r.start)
+            lens.append(n)
+        locs_np = np.concatenate(locs).astype(np.int64)
+        lens_t = torch.tensor(lens, dtype=torch.int64)
+        starts_t = torch.tensor(starts, dtype=torch.int64)
+        rows_t = torch.tensor(rows, dtype=torch.int64)
+        pos_t = torch.from_numpy(np.concatenate(pos).astype(np.int64))
+        locs_t = torch.from_numpy(locs_np)
+        # write the new slots into this worker's request->token table in one scatter
+        table.index_put_((rows_t.repeat_interleave(lens_t).to(dev), pos_t.to(dev)), locs_t.to(dev, torch.int32))
+        start_loc = torch.cumsum(lens_t, 0) - lens_t
+        batch = ForwardBatch(
+            mode=ForwardMode.DECODE if plan.decode else ForwardMode.EXTEND,
+            input_ids=torch.from_numpy(np.concatenate(ids).astype(np.int64)).to(dev),
+            positions=pos_t.to(dev),
+            out_cache_loc=locs_t.to(dev),
+            req_pool_indices=rows_t.to(dev),
+            seq_lens=(starts_t + lens_t).to(dev),
+            extend_prefix_lens=starts_t.to(dev),
+            extend_seq_lens=lens_t.to(dev),
+            extend_start_loc=start_loc.to(dev),
+            req_to_token=table,
+            seq_lens_cpu=[s + n for s, n in zip(starts, lens)],
+            extend_prefix_lens_cpu=starts,
+            extend_seq_lens_cpu=lens,
+        )
+        # rows that go through the LM head: prompt-logprob rows, then each sampled last row
+        logit_rows: list[int] = []
+        spans: list[tuple[int, int]] = []
+        offset = 0
+        for r, n in zip(plan.reqs, lens):
+            first = len(logit_rows)
+            if r.logprob_from >= 0:
+                logit_rows.extend(range(offset + r.logprob_from, offset + n))
+            elif r.sample:
+                logit_rows.append(offset + n - 1)
+            spans.append((first, len(logit_rows)))
+            offset += n
+        outputs = [StepOutput(r.rid) for r in plan.reqs]
+        self.backend.init_forward_metadata(batch)
+        if not logit_rows:
+            self.model(batch, self.backend, torch.empty(0, dtype=torch.int64, device=dev))
+            return StepResult(outputs)
+        logits = self.model(batch, self.backend, torch.tensor(logit_rows, dtype=torch.int64, device=dev))
+        self._prompt_logprobs(plan, logits, spans, outputs)
+        self._sample(plan, logits, spans, outputs)
+        return StepResult(outputs)
+
+    def _prompt_logprobs(self, plan: StepPlan, logits: torch.Tensor, spans, outputs) -> None:
+        for r, (a, b), out in zip(plan.reqs, spans, outputs):
+            if r.logprob_from < 0:
+                continue
+            targets = torch.from_numpy(np.asarray(r.logprob_targets, dtype=np.int64)).to(logits.device)
+            chosen, top = logprobs_of(logits[a:b], targets, r.top_logprobs_num)
+            chosen_l = chosen.tolist()
+            top_v = top.values.tolist() if top is not None else None
+            top_i = top.indices.tolist() if top is not None else None
+            for j, t in enumerate(r.logprob_targets.tolist()):
+                if t < 0:
+                    continue
+                alts = list(zip(top_v[j], top_i[j])) if top is not None else None
+                out.prompt_logprobs.append(TokenLogprob(chosen_l[j], t, alts))
+
+    def _sample(self, plan: StepPlan, logits: torch.Tensor, spans, outputs) -> None:
+        picks = [i for i, r in enumerate(plan.reqs) if r.sample]
+        if not picks:
+            return
+        rows = torch.tensor([spans[i][1] - 1 for i in picks], dtype=torch.int64, device=logits.device)
+        raw = logits.index_select(0, rows)
+        states = [self.states[plan.reqs[i].rid] for i in picks]
+        nouts = [plan.reqs[i].num_output for i in picks]
+        masks = [None if plan.reqs[i].vocab_mask is None else
+                 torch.from_numpy(plan.reqs[i].vocab_mask).to(logits.device) for i in picks]
+        processed = self.sampler.process(raw.clone(), states, nouts, masks)
+        tokens = self.sampler.sample(processed, states, nouts)
+        want = [j for j, i in enumerate(picks) if plan.reqs[i].return_logprob]
+        lp_list: dict[int, TokenLogprob] = {}
+        if want:
+            w = torch.tensor(want, device=logits.device)
+            top_n = max(plan.reqs[picks[j]].top_logprobs_num for j in want)
+            chosen, top = logprobs_of(raw.index_select(0, w), tokens.index_select(0, w), top_n)
+            for k, j in enumerate(want):
+                n = plan.reqs[picks[j]].top_logprobs_num
+                alts = list(zip(top.values[k, :n].tolist(), top.indices[k, :n].tolist())) if n else None
+                lp_list[j] = TokenLogprob(float(chosen[k]), int(tokens[j]), alts)
+        for j, (i, tok) in enumerate(zip(picks, tokens.tolist())):
+            states[j].observe(tok)
+            outputs[i].next_token = tok
+            outputs[i].next_logprob = lp_list.get(j)
+
+
+def set_threads() -> None:
+    """Use every core for intra-op parallelism unless the user pinned it."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(os.cpu_count() or 1)
+

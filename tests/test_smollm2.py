@@ -1,0 +1,76 @@
+"""The acceptance oracle: the default SmolLM2 weights against HF transformers."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import hf_greedy, make_engine
+
+pytestmark = pytest.mark.slow
+
+SYSTEM = ("<|im_start|>system\nYou are a meticulous assistant. Answer briefly and cite the documents you "
+          "were given. Documents: (1) The Eiffel Tower is in Paris and was finished in 1889. (2) The Golden "
+          "Gate Bridge opened in 1937 in San Francisco. (3) Mount Everest is 8,849 metres high.<|im_end|>\n")
+QUESTIONS = ["When was the Eiffel Tower finished?", "How tall is Everest?", "Where is the Golden Gate Bridge?",
+             "Which document mentions 1937?"]
+OTHERS = ["The quick brown fox", "def quicksort(arr):\n", "In 1492, Columbus",
+          "Photosynthesis is the process by which plants"]
+
+
+@pytest.fixture(scope="module")
+def smol_hf(smol_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
+
+
+def _prompts(tok) -> list[list[int]]:
+    chat = [tok.encode(SYSTEM + f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n") for q in QUESTIONS]
+    return chat + [tok.encode(t) for t in OTHERS]
+
+
+@pytest.mark.parametrize("chunk", [None, 32])
+def test_greedy_equivalence_with_hf(smol_dir, smol_hf, chunk):
+    eng = make_engine(smol_dir, chunked_prefill_size=chunk, max_total_tokens=6000)
+    prompts = _prompts(eng.tokenizer)
+    # an earlier request caches the shared system prompt
+    eng.generate(input_ids=prompts[0][:60], sampling_params={"max_new_tokens": 0})
+    outs = eng.generate(input_ids=prompts, sampling_params={"max_new_tokens": 64, "temperature": 0})
+    hits = [o["meta_info"]["cached_tokens"] for o in outs]
+    assert all(h >= 59 for h in hits[:4]), hits
+    for p, o in zip(prompts, outs):
+        assert o["output_ids"] == hf_greedy(smol_hf, p, 64)
+    # prompt logprobs from position 0 recompute the whole prompt (the cache cannot supply logits)
+    scored = eng.generate(input_ids=prompts, sampling_params={"max_new_tokens": 1, "temperature": 0},
+                          return_logprob=True, logprob_start_len=0)
+    for p, o in zip(prompts, scored):
+        with torch.no_grad():
+            ref = torch.log_softmax(smol_hf(torch.tensor([p])).logits[0, :-1].float(), -1)
+        ref = ref.gather(1, torch.tensor(p[1:]).unsqueeze(1)).squeeze(1)
+        got = torch.tensor([t[0] for t in o["meta_info"]["input_token_logprobs"][1:]])
+        assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+    eng.check_invariants()
+
+
+def test_bf16_next_token_agreement(smol_dir, smol_hf):
+    """Teacher-forced: bf16 next-token argmax agrees with HF fp32 at >= 97% of positions."""
+    eng = make_engine(smol_dir, dtype="bfloat16", max_total_tokens=6000)
+    prompts = _prompts(eng.tokenizer)
+    seqs = [p + hf_greedy(smol_hf, p, 32) for p in prompts]
+    outs = eng.generate(input_ids=seqs, sampling_params={"max_new_tokens": 1, "temperature": 0},
+                        return_logprob=True, logprob_start_len=0, top_logprobs_num=1)
+    agree = total = 0
+    max_err = 0.0
+    for s, o in zip(seqs, outs):
+        with torch.no_grad():
+            ref = torch.log_softmax(smol_hf(torch.tensor([s])).logits[0].float(), -1)
+        tops = o["meta_info"]["input_top_logprobs"][1:] + [o["meta_info"]["output_top_logprobs"][0]]
+        for pos, top in enumerate(tops):
+            agree += int(top[0][1] == int(ref[pos].argmax()))
+            total += 1
+        got = torch.tensor([t[0] for t in o["meta_info"]["input_token_logprobs"][1:]])
+        want = ref[:-1].gather(1, torch.tensor(s[1:]).unsqueeze(1)).squeeze(1)
+        max_err = max(max_err, float((got - want).abs().max()))
+    rate = agree / total
+    print(f"bf16 argmax agreement {rate:.4f} over {total} positions; max logprob error {max_err:.4f}")
+    assert rate >= 0.97
