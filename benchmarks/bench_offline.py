@@ -46,7 +46,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--system-len", type=int, default=512)
     p.add_argument("--question-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--dtype", default="float32", help="our engine's dtype (the HF baseline is always fp32)")
+    p.add_argument("--dtype", default="auto", help="our engine's dtype (the HF baseline is always fp32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-total-tokens", type=int, default=None,
                    help="KV pool size; default: every token of the workload fits, so nothing is evicted")

@@ -24,39 +24,51 @@ def smol_hf(smol_dir):
     return AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
 
 
+@pytest.fixture(scope="module")
+def hf_refs(smol_dir, smol_hf):
+    """HF greedy continuations (64 tokens) and prompt logprobs, computed once."""
+    from transformers import AutoTokenizer
+
+    prompts = _prompts(AutoTokenizer.from_pretrained(smol_dir))
+    greedy = [hf_greedy(smol_hf, p, 64) for p in prompts]
+    logprobs = []
+    for p in prompts:
+        with torch.no_grad():
+            lp = torch.log_softmax(smol_hf(torch.tensor([p])).logits[0, :-1].float(), -1)
+        logprobs.append(lp.gather(1, torch.tensor(p[1:]).unsqueeze(1)).squeeze(1))
+    return prompts, greedy, logprobs
+
+
 def _prompts(tok) -> list[list[int]]:
     chat = [tok.encode(SYSTEM + f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n") for q in QUESTIONS]
     return chat + [tok.encode(t) for t in OTHERS]
 
 
 @pytest.mark.parametrize("chunk", [None, 32])
-def test_greedy_equivalence_with_hf(smol_dir, smol_hf, chunk):
+def test_greedy_equivalence_with_hf(smol_dir, hf_refs, chunk):
+    prompts, greedy, logprobs = hf_refs
     eng = make_engine(smol_dir, chunked_prefill_size=chunk, max_total_tokens=6000)
-    prompts = _prompts(eng.tokenizer)
     # an earlier request caches the shared system prompt
     eng.generate(input_ids=prompts[0][:60], sampling_params={"max_new_tokens": 0})
     outs = eng.generate(input_ids=prompts, sampling_params={"max_new_tokens": 64, "temperature": 0})
     hits = [o["meta_info"]["cached_tokens"] for o in outs]
     assert all(h >= 59 for h in hits[:4]), hits
-    for p, o in zip(prompts, outs):
-        assert o["output_ids"] == hf_greedy(smol_hf, p, 64)
+    for o, ref in zip(outs, greedy):
+        assert o["output_ids"] == ref
     # prompt logprobs from position 0 recompute the whole prompt (the cache cannot supply logits)
     scored = eng.generate(input_ids=prompts, sampling_params={"max_new_tokens": 1, "temperature": 0},
                           return_logprob=True, logprob_start_len=0)
-    for p, o in zip(prompts, scored):
-        with torch.no_grad():
-            ref = torch.log_softmax(smol_hf(torch.tensor([p])).logits[0, :-1].float(), -1)
-        ref = ref.gather(1, torch.tensor(p[1:]).unsqueeze(1)).squeeze(1)
+    for o, ref in zip(scored, logprobs):
         got = torch.tensor([t[0] for t in o["meta_info"]["input_token_logprobs"][1:]])
         assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
     eng.check_invariants()
 
 
-def test_bf16_next_token_agreement(smol_dir, smol_hf):
+def test_bf16_next_token_agreement(smol_dir, smol_hf, hf_refs):
     """Teacher-forced: bf16 next-token argmax agrees with HF fp32 at >= 97% of positions."""
     eng = make_engine(smol_dir, dtype="bfloat16", max_total_tokens=6000)
-    prompts = _prompts(eng.tokenizer)
-    seqs = [p + hf_greedy(smol_hf, p, 32) for p in prompts]
+    prompts, greedy, _ = hf_refs
+    seqs = [p + g[:32] for p, g in zip(prompts, greedy)]
     outs = eng.generate(input_ids=seqs, sampling_params={"max_new_tokens": 1, "temperature": 0},
                         return_logprob=True, logprob_start_len=0, top_logprobs_num=1)
     agree = total = 0

@@ -11,12 +11,11 @@ import logging
 from collections import deque
 from typing import Any, Callable, Optional, Protocol
 
-import numpy as np
-
 from radixserve.config import SchedulerConfig
-from radixserve.ipc.messages import ReqInit, StepPlan, StepReq, StepResult
+from radixserve.ipc.messages import StepPlan, StepReq, StepResult
 from radixserve.mem_cache.invariants import check_memory_invariants
 from radixserve.scheduler.kv_manager import KVManager
+from radixserve.scheduler.plan import make_step_req
 from radixserve.scheduler.policy import InBatchPrefixFilter, order_waiting
 from radixserve.scheduler.req import FinishReason, Req, ReqStatus
 from radixserve.scheduler.stop import StopChecker
@@ -168,31 +167,7 @@ class Scheduler:
                 break
 
     def _step_req(self, req: Req, n: int) -> StepReq:
-        start = req.kv_len
-        row = self.kv.row(req)
-        ids = req.fill_ids[start: start + n]
-        sample = start + n == req.fill_len and req.remaining_new_tokens() > 0
-        sr = StepReq(req.rid, req.row, start, np.asarray(ids, dtype=np.int64),
-                     row[start: start + n].numpy().astype(np.int64), sample, len(req.output_ids),
-                     return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num)
-        if not req.on_worker or req.extra.pop("resync", False):
-            sr.prefix_slots = row[:start].numpy().astype(np.int64)
-        if not req.on_worker:
-            sp = req.sampling
-            pen = sp.needs_penalty()
-            sr.init = ReqInit(sp, req.seed, penalty_prompt_ids=req.input_ids if pen else None,
-                              penalty_output_ids=list(req.output_ids) if pen else None,
-                              eos_ids=self.stops.eos_ids)
-            req.on_worker = True
-        if req.return_logprob and req.logprob_start_len >= 0 and start < len(req.input_ids):
-            first_row = max(req.logprob_start_len, 1) - 1
-            lo = max(start, first_row)
-            if lo < start + n:
-                fill = req.fill_ids
-                sr.logprob_from = lo - start
-                sr.logprob_targets = np.asarray(
-                    [fill[p + 1] if p + 1 < len(req.input_ids) else -1 for p in range(lo, start + n)], dtype=np.int64)
-        return sr
+        return make_step_req(req, self.kv.row(req), n, self.stops.eos_ids)
 
     # ------------------------------------------------------------------ decode
     def _decode_plan(self):

@@ -1,0 +1,39 @@
+"""Turns a scheduled request into the per-step delta the worker executes."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from radixserve.ipc.messages import ReqInit, StepReq
+from radixserve.scheduler.req import Req
+
+
+def make_step_req(req: Req, row: torch.Tensor, n: int, eos_ids: tuple[int, ...]) -> StepReq:
+    """The next ``n`` tokens of ``req`` (from ``req.kv_len``) with the slots already written
+    to ``row``.  The first step on a worker also carries the prefix slots and the sampling
+    state; prompt-logprob rows and their target ids are attached while the prompt is being
+    prefilled."""
+    start = req.kv_len
+    ids = req.fill_ids[start: start + n]
+    sample = start + n == req.fill_len and req.remaining_new_tokens() > 0
+    sr = StepReq(req.rid, req.row, start, np.asarray(ids, dtype=np.int64),
+                 row[start: start + n].numpy().astype(np.int64), sample, len(req.output_ids),
+                 return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num)
+    if not req.on_worker or req.extra.pop("resync", False):
+        sr.prefix_slots = row[:start].numpy().astype(np.int64)
+    if not req.on_worker:
+        sp = req.sampling
+        pen = sp.needs_penalty()
+        sr.init = ReqInit(sp, req.seed, penalty_prompt_ids=req.input_ids if pen else None,
+                          penalty_output_ids=list(req.output_ids) if pen else None, eos_ids=eos_ids)
+        req.on_worker = True
+    if req.return_logprob and req.logprob_start_len >= 0 and start < len(req.input_ids):
+        # logits at position p score the prompt token at p + 1
+        first_row = max(req.logprob_start_len, 1) - 1
+        lo = max(start, first_row)
+        if lo < start + n:
+            fill = req.fill_ids
+            sr.logprob_from = lo - start
+            sr.logprob_targets = np.asarray(
+                [fill[p + 1] if p + 1 < len(req.input_ids) else -1 for p in range(lo, start + n)], dtype=np.int64)
+    return sr
