@@ -81,6 +81,12 @@ run_tests() {  # name, -k expression, timeout seconds
 }
 run_tests triton "triton" "${TEST_TIMEOUT:-300}"
 run_tests flashinfer "flashinfer" "${FLASHINFER_TEST_TIMEOUT:-${TEST_TIMEOUT:-300}}"
+# end-to-end generation on CUDA, greedy against HF transformers
+timeout "${TEST_TIMEOUT:-300}" "$PY" -m pytest tests/test_gpu_e2e.py -v -rs -p no:cacheprovider \
+  >"$OUT/test_gpu_e2e.log" 2>&1
+rc=$?
+log "tests/test_gpu_e2e.py: rc=$rc ($(tail -n 1 "$OUT/test_gpu_e2e.log"))"
+[ "$rc" -eq 0 ] || status=1
 
 # --- 3. benchmark ------------------------------------------------------------------
 timeout "${BENCH_TIMEOUT:-180}" "$PY" benchmarks/bench_decode_attention.py --batch 64 --context 2048 \

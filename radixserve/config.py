@@ -28,11 +28,11 @@ class CacheConfig:
     """KV pool size and radix-cache switches.
 
     The pool holds ``max_total_tokens`` token slots per layer; when None it is sized
-    from ``mem_fraction`` of the memory that is free after the weights are loaded.
+    from ``mem_fraction_static`` of the memory that is free after the weights are loaded.
     """
 
     max_total_tokens: Optional[int] = None
-    mem_fraction: float = 0.3
+    mem_fraction_static: float = 0.3
     page_size: int = 1
     disable_radix_cache: bool = False
     attention_backend: str = "auto"

@@ -19,7 +19,7 @@ from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler
 from radixserve.scheduler.stop import StopChecker
 from radixserve.utils import new_rid, tune_malloc
-from radixserve.worker.model_runner import ModelRunner, kv_pool_slots, resolve_device, resolve_dtype, set_threads
+from radixserve.worker.model_runner import ModelRunner, set_threads
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +49,10 @@ def build_runtime(cfg: EngineConfig, show_progress: bool = False):
     set_threads()
     hf_dir = loader.resolve_hf_dir(cfg.model.path, show_progress)
     tokenizer = loader.load_tokenizer(cfg.model.tokenizer_path or hf_dir)
-    config = loader.load_config(hf_dir)
-    device = resolve_device(cfg.model.device)
-    num_slots = kv_pool_slots(config, cfg.cache, resolve_dtype(cfg.model.dtype, device), device)
-    runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, num_slots, show_progress)
     if cfg.cache.page_size != 1:
         raise ValueError("page_size: only page size 1 is implemented")
-    kv = KVManager(num_slots, runner.req_to_token.size, runner.context_len + 1, cfg.cache.disable_radix_cache)
+    runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress)
+    kv = KVManager(runner.kv_pool.num_slots, runner.req_to_token.size, runner.context_len + 1, cfg.cache.disable_radix_cache)
     stops = StopChecker(eos_token_ids(tokenizer, hf_dir), tokenizer)
     sched = Scheduler(cfg.scheduler, runner, kv, runner.context_len, stops, runner.vocab_size)
     return sched, runner, tokenizer, hf_dir

@@ -63,17 +63,17 @@ def context_length(config: Any, model_cfg: ModelConfig) -> int:
 
 
 def kv_pool_slots(config: Any, cache_cfg: CacheConfig, dtype: torch.dtype, device: torch.device) -> int:
-    """``--max-total-tokens`` if given, else ``mem_fraction`` of free memory (plus slot 0)."""
+    """``--max-total-tokens`` if given, else ``mem_fraction_static`` of free memory (plus slot 0)."""
     if cache_cfg.max_total_tokens:
         return int(cache_cfg.max_total_tokens) + 1
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     per_slot = KVPool.bytes_per_slot(config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype)
-    return max(2, int(_free_memory_bytes(device) * cache_cfg.mem_fraction) // per_slot)
+    return max(2, int(_free_memory_bytes(device) * cache_cfg.mem_fraction_static) // per_slot)
 
 
 class ModelRunner:
     def __init__(self, model_cfg: ModelConfig, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig,
-                 hf_dir: str, num_slots: int, show_progress: bool = False) -> None:
+                 hf_dir: str, show_progress: bool = False) -> None:
         self.device = resolve_device(model_cfg.device)
         self.dtype = resolve_dtype(model_cfg.dtype, self.device)
         torch.manual_seed(model_cfg.seed)
@@ -82,6 +82,7 @@ class ModelRunner:
         self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
                                        show_progress=show_progress)
         head_dim = self.model.layers[0].self_attn.head_dim
+        num_slots = kv_pool_slots(self.config, cache_cfg, self.dtype, self.device)  # after the weights
         self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, self.config.num_key_value_heads,
                               head_dim, self.dtype, self.device)
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
