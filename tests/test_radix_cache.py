@@ -615,16 +615,12 @@ class KVSim:
             size = self.cache.total_size()
             assert self.cache.flush() is False
             assert self.cache.total_size() == size
-        elif not self.live:  # the scheduler only flushes with nothing running
+        else:  # also with running requests that lock nothing (they point at the root)
             free, ev = self.kv.allocator.available_size(), self.cache.evictable_size
             assert self.cache.flush() is True
             self._event("flush done" if ev else "flush of an empty cache")
             assert self.cache.total_size() == 0 and self.cache.all_nodes() == []
             assert self.kv.allocator.available_size() == free + ev
-            self.hits = self.queries = 0  # flush resets the counters
-        # else: skipped.  Running requests that lock nothing (cached_len 0) keep a reference
-        # to the root, and flush() replaces the root: their later dec_lock_ref(old root)
-        # walks past it into None.  The scheduler never flushes with requests running.
 
     # ------------------------------------------------------------------ checks
     def check(self) -> None:
@@ -732,3 +728,19 @@ def test_kv_manager_fuzz():
 def test_kv_manager_fuzz_no_cache():
     for seed in range(4):
         run_fuzz(1000 + seed, disable=True)
+
+
+def test_flush_with_a_running_request_on_the_root():
+    """Regression: a request with nothing cached points at the root; flush must keep it."""
+    kv = KVManager(16, 4, 32, disable_radix_cache=False)
+    kv.cache.insert([7, 8], kv.alloc_slots(2))
+    r = Req("a", [1, 2, 3], SamplingParams())
+    prefix, node = kv.cache.match_prefix(r.fill_ids[: r.prefix_match_limit()])
+    kv.cache.inc_lock_ref(node)
+    kv.admit(r, prefix, node, kv.alloc_slots(3))
+    r.kv_len = 3
+    assert kv.cache.flush() is True and kv.cache.total_size() == 0
+    kv.cache_unfinished(r)
+    check_memory_invariants(kv.allocator, kv.cache, [(kv.row(r)[r.cached_len:r.kv_len].long(), r.last_node)])
+    kv.release(r)
+    check_memory_invariants(kv.allocator, kv.cache)

@@ -181,11 +181,11 @@ class RadixCache:
         return freed
 
     def flush(self) -> bool:
-        """Drop every cached token; refused (False) while any node is locked."""
+        """Drop every cached token; refused (False) while any node is locked.  The root
+        (which running requests with nothing cached point at) and the stats survive."""
         if self.protected_size:
             return False
         self.evict(self.evictable_size)
-        self.reset()
         return True
 
     # ---------------------------------------------------------------- introspection
