@@ -26,11 +26,11 @@ class CascadeMeta:
     max_members: int
     prefix_index: torch.Tensor  # int64 [G * Pmax]: prefix slots per group (0 = pad)
     prefix_bias: torch.Tensor  # f32 [G, 1, 1, Pmax]: 0 for real keys, -inf for pad
-    member_index: torch.Tensor  # int64 [G * Nmax]: request of each member slot (pad -> B)
+    member_index: torch.Tensor  # int64 [G * Nmax]: request of each member slot (pad -> 0, unused)
     member_of: torch.Tensor  # int64 [B]: flat member position of each request (-1 if none)
     prefix_len: int
     suffix_index: torch.Tensor  # int64 [B * Smax]
-    suffix_bias: torch.Tensor  # f32 [B, 1, Qmax, Smax]
+    suffix_bias: torch.Tensor  # f32 [B, 1, Qmax (x heads per kv head after the first layer), Smax]
     suffix_len: int
 
 
@@ -76,7 +76,7 @@ def build(rows: torch.Tensor, seq_lens: torch.Tensor, q_pos: torch.Tensor, min_p
     start = torch.cumsum(counts, 0) - counts
     rank = torch.arange(len(order), device=dev) - start[req_g[order]]
     flat = req_g[order] * nmax + rank
-    member_index = torch.full((num_g * nmax,), bsz, device=dev, dtype=torch.int64)
+    member_index = torch.zeros(num_g * nmax, device=dev, dtype=torch.int64)
     member_index[flat] = order
     member_of = torch.full((bsz,), -1, device=dev, dtype=torch.int64)
     member_of[order] = flat
@@ -113,14 +113,14 @@ def forward(m: CascadeMeta, q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.T
     ks = k_buf.index_select(0, m.suffix_index).to(cd).view(bsz, m.suffix_len, hkv, d).transpose(1, 2)
     vs = v_buf.index_select(0, m.suffix_index).to(cd).view(bsz, m.suffix_len, hkv, d).transpose(1, 2)
     qh = q.view(bsz, qmax, hkv, gh, d).permute(0, 2, 1, 3, 4).reshape(bsz, hkv, qmax * gh, d)
-    bias_s = m.suffix_bias.repeat_interleave(gh, dim=2) if gh > 1 else m.suffix_bias
-    out_s, lse_s = _attend(qh, ks, vs, bias_s, scaling)
+    if m.suffix_bias.shape[2] != qmax * gh:  # expand the query axis to every head once per step
+        m.suffix_bias = m.suffix_bias.repeat_interleave(gh, dim=2)
+    out_s, lse_s = _attend(qh, ks, vs, m.suffix_bias, scaling)
     # prefix: per group, all members' queries at once
     g, nmax, plen = m.num_groups, m.max_members, m.prefix_len
     kp = k_buf.index_select(0, m.prefix_index).to(cd).view(g, plen, hkv, d).transpose(1, 2)
     vp = v_buf.index_select(0, m.prefix_index).to(cd).view(g, plen, hkv, d).transpose(1, 2)
-    qpad = torch.cat([qh, qh.new_zeros(1, hkv, qmax * gh, d)])
-    qg = qpad.index_select(0, m.member_index).view(g, nmax, hkv, qmax * gh, d).transpose(1, 2)
+    qg = qh.index_select(0, m.member_index).view(g, nmax, hkv, qmax * gh, d).transpose(1, 2)
     out_p, lse_p = _attend(qg.reshape(g, hkv, nmax * qmax * gh, d), kp, vp, m.prefix_bias, scaling)
     out_p = out_p.view(g, hkv, nmax, qmax * gh, d).transpose(1, 2).reshape(g * nmax, hkv, qmax * gh, d)
     lse_p = lse_p.view(g, hkv, nmax, qmax * gh).transpose(1, 2).reshape(g * nmax, hkv, qmax * gh)
