@@ -69,8 +69,18 @@ def test_cascade_matches_plain_and_reference(mode, heads, kv_heads):
     for use in (True, False):
         backend.use_cascade = use
         backend.init_forward_metadata(batch)
-        assert (batch.attn_metadata.cascade is not None) == use
+        assert any(b.cascade is not None for b in batch.attn_metadata) == use
         outs[use] = backend.forward(q, k_new, v_new, 0, d ** -0.5, batch)
     ref = _reference(q, pool, rows, prefix_lens, ext_lens, d ** -0.5)
     assert torch.allclose(outs[True], ref, atol=1e-5), "cascade vs reference (atol 1e-5)"
     assert torch.allclose(outs[False], ref, atol=1e-5), "plain vs reference (atol 1e-5)"
+
+
+def test_length_buckets_bound_padding():
+    from radixserve.attention.torch_native import length_buckets
+
+    lens = [448, 64, 64, 1, 300, 64, 2, 130]
+    buckets = length_buckets(lens)
+    assert sorted(i for b in buckets for i in b) == list(range(len(lens)))
+    for b in buckets:
+        assert max(lens[i] for i in b) <= 2 * min(lens[i] for i in b)

@@ -2,9 +2,15 @@
 
 Per step, ``init_forward_metadata`` builds the index tensors and masks once for all
 layers; per layer, ``forward`` gathers K/V with ``index_select`` and runs batched matmuls.
-No Python loop over requests.  When two or more requests share a cached prefix of at
-least ``CASCADE_MIN_PREFIX`` tokens, the shared part is gathered and scored once per group
-(see cascade.py); otherwise one padded ``scaled_dot_product_attention`` covers the batch.
+There is no Python loop over requests:
+
+* Extend batches are cut into a few buckets of similar query length (each bucket's longest
+  request at most twice its shortest), so one long chunk does not pad a hundred short
+  extends to its length; each bucket is one batched computation.
+* When two or more requests of a bucket share a cached prefix of at least
+  ``CASCADE_MIN_PREFIX`` tokens, the shared part is gathered and scored once per group
+  (cascade.py); otherwise one padded ``scaled_dot_product_attention`` covers the bucket.
+
 On CPU the math runs in fp32 (bf16 SDPA is slow without AMX and less accurate).
 """
 from __future__ import annotations
@@ -22,15 +28,28 @@ CASCADE_MIN_PREFIX = 32
 
 
 @dataclass
-class _Meta:
-    batch: int
+class _Bucket:
+    size: int
     max_q: int
-    q_index: Optional[torch.Tensor]  # int64 [B * Qmax]: packed row of each padded query (EXTEND)
-    out_index: Optional[torch.Tensor]  # int64 [T]: padded row of each packed query (EXTEND)
-    kv_index: Optional[torch.Tensor] = None  # int64 [B * Lmax]: slot of every (request, position)
+    q_index: Optional[torch.Tensor]  # int64 [n * Qmax]: packed row of each padded query (EXTEND)
+    src: Optional[torch.Tensor]  # int64: padded rows that are real queries
+    dest: Optional[torch.Tensor]  # int64: their packed rows
+    kv_index: Optional[torch.Tensor] = None  # int64 [n * Lmax]: slot of every (request, position)
     max_len: int = 0
-    mask: Optional[torch.Tensor] = None  # bool [B, 1, Qmax, Lmax]
+    mask: Optional[torch.Tensor] = None  # bool [n, 1, Qmax, Lmax]
     cascade: Optional[cascade.CascadeMeta] = None
+
+
+def length_buckets(lengths: list[int]) -> list[list[int]]:
+    """Request indices grouped so that within a bucket max length <= 2 x min length."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    buckets: list[list[int]] = []
+    for i in order:
+        if buckets and lengths[i] * 2 >= lengths[buckets[-1][0]]:
+            buckets[-1].append(i)
+        else:
+            buckets.append([i])
+    return buckets
 
 
 class TorchNativeBackend(AttentionBackend):
@@ -40,50 +59,75 @@ class TorchNativeBackend(AttentionBackend):
         self.use_cascade = True
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        dev = batch.input_ids.device
-        bsz = batch.batch_size
-        max_len = max(batch.seq_lens_cpu)
-        rows = batch.req_to_token.index_select(0, batch.req_pool_indices)[:, :max_len].long()
         if batch.mode == ForwardMode.DECODE:
-            max_q, q_index, out_index = 1, None, None
-            q_pos = (batch.seq_lens - 1).unsqueeze(1)
+            batch.attn_metadata = [self._bucket(batch, None)]
+            return
+        groups = length_buckets(batch.extend_seq_lens_cpu)
+        if len(groups) == 1:
+            batch.attn_metadata = [self._bucket(batch, None)]
+            return
+        dev = batch.input_ids.device
+        batch.attn_metadata = [self._bucket(batch, torch.tensor(g, device=dev)) for g in groups]
+
+    def _bucket(self, batch: ForwardBatch, idx: Optional[torch.Tensor]) -> _Bucket:
+        dev = batch.input_ids.device
+        pick = (lambda t: t) if idx is None else (lambda t: t.index_select(0, idx))
+        seq_lens = pick(batch.seq_lens)
+        n = int(seq_lens.shape[0])
+        max_len = int(seq_lens.max())
+        rows = batch.req_to_token.index_select(0, pick(batch.req_pool_indices))[:, :max_len].long()
+        if batch.mode == ForwardMode.DECODE:
+            b = _Bucket(n, 1, None, None, None)
+            q_pos = (seq_lens - 1).unsqueeze(1)
         else:
-            max_q = max(batch.extend_seq_lens_cpu)
+            ext, pre, start = pick(batch.extend_seq_lens), pick(batch.extend_prefix_lens), pick(batch.extend_start_loc)
+            max_q = int(ext.max())
             qa = torch.arange(max_q, device=dev)
-            q_valid = qa.unsqueeze(0) < batch.extend_seq_lens.unsqueeze(1)
-            q_pos = torch.where(q_valid, batch.extend_prefix_lens.unsqueeze(1) + qa.unsqueeze(0), -1)
-            packed = batch.extend_start_loc.unsqueeze(1) + qa.unsqueeze(0)
+            q_valid = qa.unsqueeze(0) < ext.unsqueeze(1)
+            q_pos = torch.where(q_valid, pre.unsqueeze(1) + qa.unsqueeze(0), -1)
+            packed = start.unsqueeze(1) + qa.unsqueeze(0)
             q_index = torch.where(q_valid, packed, torch.zeros_like(packed)).reshape(-1)
-            out_index = torch.nonzero(q_valid.reshape(-1)).squeeze(1)
-        meta = _Meta(bsz, max_q, q_index, out_index)
-        if self.use_cascade and bsz > 1:
-            meta.cascade = cascade.build(rows, batch.seq_lens, q_pos, CASCADE_MIN_PREFIX)
-        if meta.cascade is None:
+            src = torch.nonzero(q_valid.reshape(-1)).squeeze(1)
+            b = _Bucket(n, max_q, q_index, src, q_index.index_select(0, src))
+        if self.use_cascade and n > 1:
+            b.cascade = cascade.build(rows, seq_lens, q_pos, CASCADE_MIN_PREFIX)
+        if b.cascade is None:
             ar = torch.arange(max_len, device=dev)
-            valid = ar.unsqueeze(0) < batch.seq_lens.unsqueeze(1)
-            meta.kv_index = torch.where(valid, rows, torch.zeros_like(rows)).reshape(-1)
+            valid = ar.unsqueeze(0) < seq_lens.unsqueeze(1)
+            b.kv_index = torch.where(valid, rows, torch.zeros_like(rows)).reshape(-1)
             mask = (ar.view(1, 1, max_len) <= q_pos.unsqueeze(2)) & valid.unsqueeze(1)
             mask[:, :, 0] |= q_pos < 0  # padded queries see slot 0 so softmax stays finite
-            meta.mask, meta.max_len = mask.unsqueeze(1), max_len
-        batch.attn_metadata = meta
+            b.mask, b.max_len = mask.unsqueeze(1), max_len
+        return b
 
     def forward(self, q, k, v, layer_id, scaling, batch):
         pool = self.kv_pool
         pool.set_kv(layer_id, batch.out_cache_loc, k, v)
-        m: _Meta = batch.attn_metadata
-        h, d = q.shape[1], q.shape[2]
+        buckets: list[_Bucket] = batch.attn_metadata
+        qc = q.to(self.compute_dtype)
+        if len(buckets) == 1:
+            return self._attend(buckets[0], qc, layer_id, scaling).to(q.dtype)
+        out = torch.empty_like(qc)
+        for b in buckets:
+            out.index_copy_(0, b.dest, self._attend(b, qc, layer_id, scaling))
+        return out.to(q.dtype)
+
+    def _attend(self, b: _Bucket, qc: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
+        """Attention of one bucket; returns rows for its real queries (packed order for a
+        single bucket, ``b.dest`` order otherwise)."""
+        pool = self.kv_pool
+        h, d = qc.shape[1], qc.shape[2]
         cd = self.compute_dtype
-        qc = q.to(cd)
-        qp = qc.view(m.batch, 1, h, d) if m.q_index is None else qc.index_select(0, m.q_index).view(m.batch, m.max_q, h, d)
+        qp = qc.view(b.size, 1, h, d) if b.q_index is None else qc.index_select(0, b.q_index).view(b.size, b.max_q, h, d)
         k_buf, v_buf = pool.k_buffer[layer_id], pool.v_buffer[layer_id]
-        if m.cascade is not None:
-            out = cascade.forward(m.cascade, qp, k_buf, v_buf, scaling)
+        if b.cascade is not None:
+            out = cascade.forward(b.cascade, qp, k_buf, v_buf, scaling)
         else:
             hkv = pool.num_kv_heads
-            keys = k_buf.index_select(0, m.kv_index).to(cd).view(m.batch, m.max_len, hkv, d).transpose(1, 2)
-            vals = v_buf.index_select(0, m.kv_index).to(cd).view(m.batch, m.max_len, hkv, d).transpose(1, 2)
-            out = F.scaled_dot_product_attention(qp.transpose(1, 2), keys, vals, attn_mask=m.mask, scale=scaling,
+            keys = k_buf.index_select(0, b.kv_index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
+            vals = v_buf.index_select(0, b.kv_index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
+            out = F.scaled_dot_product_attention(qp.transpose(1, 2), keys, vals, attn_mask=b.mask, scale=scaling,
                                                  enable_gqa=hkv != h).transpose(1, 2)
-        if m.out_index is None:
-            return out.reshape(m.batch, h, d).to(q.dtype)
-        return out.reshape(m.batch * m.max_q, h, d).index_select(0, m.out_index).to(q.dtype)
+        if b.src is None:
+            return out.reshape(b.size, h, d)
+        return out.reshape(b.size * b.max_q, h, d).index_select(0, b.src)
