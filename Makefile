@@ -1,4 +1,4 @@
-# Fresh machine:  make serve   (generation demo with the default SmolLM2)
+# Fresh machine:  make serve   (HTTP server on :30000 with the default SmolLM2)
 #                 make test    (the whole test suite)
 PY ?= python3
 VENV := .venv
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 serve: $(STAMP)
-	$(BIN)/radixserve generate "What is a radix tree? Answer in two sentences."
+	$(BIN)/radixserve serve --port 30000
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

@@ -2,6 +2,7 @@
 
     radixserve generate "The capital of France is" --max-new-tokens 32
     radixserve generate --chat "Write a haiku about caches" --temperature 0.7
+    radixserve serve --port 30000            # HTTP server: /generate and OpenAI /v1
 
 Every field of ModelConfig, CacheConfig and SchedulerConfig is a flag (``--max-total-tokens``,
 ``--chunked-prefill-size``, ``--schedule-policy``, ``--disable-radix-cache``, ...).
@@ -15,7 +16,7 @@ import time
 import typing
 from typing import Any, Optional
 
-from radixserve.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from radixserve.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
 
 
 def _flag(name: str) -> str:
@@ -86,6 +87,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from radixserve.server.launcher import serve
+
+    return serve(engine_config_from_args(args), config_from_args(ServerConfig, args))
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="radixserve")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,6 +106,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     gen.add_argument("--top-p", type=float, default=1.0)
     _engine_parser(gen)
     gen.set_defaults(func=cmd_generate)
+    srv = sub.add_parser("serve", help="run the HTTP server (native /generate and OpenAI-compatible /v1)")
+    _engine_parser(srv)
+    add_config_args(srv, ServerConfig)
+    srv.set_defaults(func=cmd_serve)
     args = parser.parse_args(argv)
     return args.func(args)
 

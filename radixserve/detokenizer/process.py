@@ -1,0 +1,92 @@
+"""The detokenizer process: token deltas in, text deltas out.
+
+Per request it keeps an ``IncrementalDecoder`` (UTF-8 safe).  Contract for each request's
+stream of ``ReqOutput``: the concatenated ``text`` deltas are always a prefix of the final
+text; text that might be the start of a stop string is held back until it is known not to
+be; the final message carries ``final_text``, the whole output with the matched stop
+string trimmed.  Messages other than ``BatchReqOutput`` pass through unchanged.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import zmq
+
+from radixserve.config import EngineConfig
+from radixserve.detokenizer.incremental import IncrementalDecoder, trim_stop
+from radixserve.ipc.io_struct import BatchReqOutput, ReqOutput
+from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
+from radixserve.proc import setup_child
+
+logger = logging.getLogger(__name__)
+
+
+def safe_text_len(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the prefix of ``text`` that can be shown: it stops before any complete
+    stop string and before a suffix that could still grow into one."""
+    end = len(text)
+    for s in stops:
+        cut = text.find(s)
+        if cut >= 0:
+            end = min(end, cut)
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                end = min(end, len(text) - k)
+                break
+    return end
+
+
+class DetokState:
+    def __init__(self, tokenizer: Any, skip_special_tokens: bool, stops: tuple[str, ...]) -> None:
+        self.decoder = IncrementalDecoder(tokenizer, skip_special_tokens)
+        self.stops = stops
+        self.emitted = 0  # characters of text already sent
+
+    def update(self, out: ReqOutput) -> None:
+        """Fill ``out.text`` (and ``out.final_text`` when the request finished)."""
+        self.decoder.add(out.new_ids)
+        if out.finished:
+            final = trim_stop(self.decoder.finish(), out.finish_reason)
+            out.final_text = final
+            out.text = final[self.emitted:]
+            return
+        safe = safe_text_len(self.decoder.text, self.stops)
+        if safe > self.emitted:
+            out.text = self.decoder.text[self.emitted: safe]
+            self.emitted = safe
+
+
+class Detokenizer:
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.states: dict[str, DetokState] = {}
+
+    def process(self, batch: BatchReqOutput) -> BatchReqOutput:
+        for out in batch.outputs:
+            state = self.states.get(out.rid)
+            if state is None:
+                state = self.states[out.rid] = DetokState(self.tokenizer, out.skip_special_tokens, out.stop_strs)
+            try:
+                state.update(out)
+            except Exception as e:  # a decode error fails nothing but this text
+                logger.error("detokenizing %s failed: %s", out.rid, e)
+            if out.finished:
+                del self.states[out.rid]
+        return batch
+
+
+def run_detokenizer(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, parent_pid: int) -> None:
+    """Process entry point (spawned by the launcher)."""
+    setup_child("detokenizer", log_level, parent_pid)
+    from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+
+    detok = Detokenizer(load_light_tokenizer(cfg.model.tokenizer_path or cfg.model.path))  # path resolved by launcher
+    ctx = zmq.Context()
+    inbox = make_socket(ctx, zmq.PULL, addrs.sched_to_detok, bind=True)
+    outbox = make_socket(ctx, zmq.PUSH, addrs.detok_to_server, bind=False)
+    ready_conn.send("ready")
+    ready_conn.close()
+    while True:
+        msg = recv_obj(inbox)
+        send_obj(outbox, detok.process(msg) if isinstance(msg, BatchReqOutput) else msg)

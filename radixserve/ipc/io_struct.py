@@ -1,0 +1,113 @@
+"""Typed messages between the server, the scheduler and the detokenizer processes.
+
+Flow: server --TokenizedRequest/AbortReq/ControlReq--> scheduler --BatchReqOutput-->
+detokenizer --BatchReqOutput (text filled in)--> server.  The detokenizer forwards every
+other message (ControlReply, SchedulerStats, ReqError) unchanged, so the server reads
+one socket.  Outputs are deltas: new token ids and new text since the previous message.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from radixserve.ipc.messages import TokenLogprob
+from radixserve.sampling_params import SamplingParams
+
+
+@dataclass
+class WorkerInfo:
+    """What the model worker tells the scheduler (and, through it, the server) once loaded."""
+
+    num_slots: int
+    max_rows: int
+    context_len: int
+    vocab_size: int
+    dtype: str
+    device: str
+    hf_dir: str
+
+
+@dataclass
+class TokenizedRequest:
+    """One sequence to generate (the server expands batches and n > 1 into these)."""
+
+    rid: str
+    input_ids: list[int]
+    sampling: SamplingParams  # n == 1 here
+    seed: Optional[int] = None
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+
+
+@dataclass
+class AbortReq:
+    rid: str
+    message: str = "aborted by client"
+
+
+@dataclass
+class ControlReq:
+    """``kind``: "flush_cache" or "stats"; answered by a ControlReply with the same id."""
+
+    req_id: str
+    kind: str
+
+
+@dataclass
+class ControlReply:
+    req_id: str
+    payload: Any
+
+
+@dataclass
+class ReqError:
+    """The scheduler refused a request.  ``status`` is the HTTP status to report
+    (400: invalid, 503: queue full, 500: internal error)."""
+
+    rid: str
+    status: int
+    message: str
+
+
+@dataclass
+class SchedulerStats:
+    running: int
+    waiting: int
+    num_slots: int
+    free_slots: int
+    cache_size: int
+    hit_rate: float
+
+
+@dataclass
+class ReqOutput:
+    """Progress of one request since its previous ReqOutput.
+
+    The scheduler fills the token fields; the detokenizer fills ``text`` (new readable
+    text, stop-string-safe) and, on the final message, ``final_text`` (the whole output
+    text with any stop string trimmed).
+    """
+
+    rid: str
+    new_ids: list[int]
+    finish_reason: Optional[dict] = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    queue_time: Optional[float] = None  # seconds waited before the first admission (first message)
+    new_output_logprobs: list[TokenLogprob] = field(default_factory=list)
+    input_logprobs: Optional[list[Optional[TokenLogprob]]] = None  # final message only
+    skip_special_tokens: bool = True
+    stop_strs: tuple[str, ...] = ()
+    text: str = ""
+    final_text: Optional[str] = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class BatchReqOutput:
+    outputs: list[ReqOutput]

@@ -1,0 +1,55 @@
+"""Prometheus metrics of the server process (``radixserve:`` prefix, own registry).
+
+Request-level metrics are observed by the TokenizerManager as outputs arrive; the gauges
+mirror the scheduler's periodic ``SchedulerStats``.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from radixserve.ipc.io_struct import SchedulerStats
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        p = "radixserve:"
+        self.ttft = Histogram(p + "time_to_first_token_seconds", "Time to first token", buckets=_LATENCY_BUCKETS,
+                              registry=r)
+        self.itl = Histogram(p + "inter_token_latency_seconds", "Time between output tokens", buckets=_ITL_BUCKETS,
+                             registry=r)
+        self.e2e = Histogram(p + "e2e_request_latency_seconds", "End-to-end request latency",
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.queue = Histogram(p + "queue_time_seconds", "Time waiting before the first scheduling",
+                               buckets=_LATENCY_BUCKETS, registry=r)
+        self.prompt_tokens = Counter(p + "prompt_tokens", "Prompt tokens of finished requests", registry=r)
+        self.generation_tokens = Counter(p + "generation_tokens", "Generated tokens", registry=r)
+        self.cached_tokens = Counter(p + "cached_tokens", "Prompt tokens served from the prefix cache", registry=r)
+        self.requests = Counter(p + "requests", "Finished requests", ["finish_type"], registry=r)
+        self.aborts = Counter(p + "aborted_requests", "Aborted requests", registry=r)
+        self.running = Gauge(p + "num_running_reqs", "Running requests", registry=r)
+        self.queued = Gauge(p + "num_queued_reqs", "Waiting requests", registry=r)
+        self.kv_usage = Gauge(p + "kv_slot_usage", "Share of KV slots not free (running + cached)", registry=r)
+        self.cache_hit_rate = Gauge(p + "cache_hit_rate", "Prefix cache hit rate (tokens)", registry=r)
+
+    def observe_finish(self, finish_type: str, prompt: int, completion: int, cached: int, e2e: float) -> None:
+        self.requests.labels(finish_type=finish_type).inc()
+        if finish_type == "abort":
+            self.aborts.inc()
+        self.prompt_tokens.inc(prompt)
+        self.generation_tokens.inc(completion)
+        self.cached_tokens.inc(cached)
+        self.e2e.observe(e2e)
+
+    def observe_stats(self, s: SchedulerStats) -> None:
+        self.running.set(s.running)
+        self.queued.set(s.waiting)
+        capacity = max(1, s.num_slots)
+        self.kv_usage.set((capacity - s.free_slots) / capacity)
+        self.cache_hit_rate.set(s.hit_rate)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

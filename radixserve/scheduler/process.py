@@ -1,0 +1,170 @@
+"""The scheduler process: the existing ``Scheduler`` driven over ZeroMQ.
+
+Loop contract:
+- Requests, aborts and control messages from the server are drained before every step;
+  a request the scheduler refuses gets a ``ReqError`` (400 invalid, 503 queue full), never
+  an exception that escapes the loop.
+- With work pending it steps back to back; idle, it blocks in ``zmq.Poller.poll`` with a
+  timeout (no busy spinning).
+- After each step it pushes one ``BatchReqOutput`` (token deltas) to the detokenizer, and
+  at most every ``STATS_INTERVAL`` seconds a ``SchedulerStats``.
+- A step the worker fails (``WorkerStepError``) aborts only the requests of that step,
+  after returning the slots allocated for it.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from typing import Any
+
+import torch
+import zmq
+
+from radixserve.config import EngineConfig
+from radixserve.ipc.io_struct import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError, SchedulerStats,
+                                      TokenizedRequest, WorkerInfo)
+from radixserve.ipc.zmq_utils import IPCAddrs, drain, make_socket, send_obj
+from radixserve.proc import setup_child
+from radixserve.scheduler.outputs import take_output
+from radixserve.scheduler.req import Req
+from radixserve.scheduler.scheduler import Scheduler
+from radixserve.worker.remote import RemoteWorker, WorkerStepError
+
+logger = logging.getLogger(__name__)
+
+IDLE_POLL_MS = 1000
+INVARIANT_CHECK_MAX_SLOTS = 1 << 18  # the full memory check walks every slot: only by default on small pools
+STATS_INTERVAL = 0.5
+
+
+def build_scheduler(cfg: EngineConfig, worker: Any, info: WorkerInfo, tokenizer: Any) -> Scheduler:
+    """The same wiring as ``engine.build_runtime``, with the pool sizes the worker reported."""
+    from radixserve.detokenizer.fast_tokenizer import eos_token_ids
+    from radixserve.scheduler.kv_manager import KVManager
+    from radixserve.scheduler.stop import StopChecker
+
+    kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache)
+    stops = StopChecker(eos_token_ids(tokenizer, info.hf_dir), tokenizer)
+    return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size)
+
+
+class SchedulerLoop:
+    def __init__(self, cfg: EngineConfig, addrs: IPCAddrs, ctx: zmq.Context) -> None:
+        from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+
+        self.from_server = make_socket(ctx, zmq.PULL, addrs.server_to_sched, bind=True)
+        self.to_detok = make_socket(ctx, zmq.PUSH, addrs.sched_to_detok, bind=False)
+        self.worker = RemoteWorker(ctx, addrs)
+        tokenizer = load_light_tokenizer(cfg.model.tokenizer_path or cfg.model.path)  # while the worker loads
+        self.info = self.worker.wait_ready()
+        self.sched = build_scheduler(cfg, self.worker, self.info, tokenizer)
+        self.finished: list[Req] = []
+        self.sched.hooks.append(self.finished.append)
+        self.last_stats = 0.0
+
+    # ------------------------------------------------------------------ messages
+    def handle(self, msg: Any) -> None:
+        if isinstance(msg, TokenizedRequest):
+            self.add(msg)
+        elif isinstance(msg, AbortReq):
+            self.sched.abort(msg.rid, msg.message)
+        elif isinstance(msg, ControlReq):
+            send_obj(self.to_detok, ControlReply(msg.req_id, self.control(msg.kind)))
+        else:
+            logger.warning("ignoring unknown message %r", type(msg).__name__)
+
+    def add(self, msg: TokenizedRequest) -> None:
+        req = Req(msg.rid, list(msg.input_ids), msg.sampling, msg.seed, msg.return_logprob,
+                  msg.logprob_start_len, msg.top_logprobs_num)
+        req.extra["arrival"] = time.perf_counter()
+        try:
+            self.sched.add_request(req)
+        except ValueError as e:
+            send_obj(self.to_detok, ReqError(msg.rid, 400, str(e)))
+        except OverflowError as e:
+            send_obj(self.to_detok, ReqError(msg.rid, 503, f"{e}; retry later"))
+        except Exception as e:  # never let one request take the scheduler down
+            logger.error("add_request failed:\n%s", traceback.format_exc())
+            send_obj(self.to_detok, ReqError(msg.rid, 500, f"internal error: {type(e).__name__}: {e}"))
+
+    def control(self, kind: str) -> Any:
+        if kind == "flush_cache":
+            return self.sched.flush_cache()
+        if kind in ("stats", "stats+check"):
+            s = self.sched.stats()
+            s["held_slots"] = s["num_slots"] - s["free_slots"] - s["cache_size"]  # held by running requests
+            s["worker_steps"] = self.worker.num_steps
+            s["invariants_ok"] = s["invariant_error"] = None
+            if kind == "stats+check" or s["num_slots"] <= INVARIANT_CHECK_MAX_SLOTS:
+                try:
+                    self.sched.check_invariants()
+                    s["invariants_ok"] = True
+                except AssertionError as e:
+                    s["invariants_ok"], s["invariant_error"] = False, str(e)
+            return s
+        return {"error": f"unknown control request {kind!r}"}
+
+    # ------------------------------------------------------------------ stepping
+    def step(self) -> list[Req]:
+        try:
+            return self.sched.step()
+        except WorkerStepError as e:
+            self.fail_plan(e.plan.reqs, f"internal error in the model worker: {e}")
+        except Exception as e:
+            logger.error("scheduler step failed:\n%s", traceback.format_exc())
+            for req in list(self.sched.running):
+                self.sched.abort(req.rid, f"internal error: {type(e).__name__}: {e}")
+        return []
+
+    def fail_plan(self, step_reqs: list, message: str) -> None:
+        """Abort the requests of a failed step, first freeing the slots allocated for it."""
+        by_rid = {r.rid: r for r in self.sched.running}
+        for sr in step_reqs:
+            req = by_rid.get(sr.rid)
+            if req is not None and not req.finished:
+                self.sched.kv.free_request_tail(req, len(sr.input_ids))
+                self.sched.abort(req.rid, message)
+
+    def emit(self, touched: list[Req], step_start: float) -> None:
+        reqs = {r.rid: r for r in self.finished}
+        reqs.update({r.rid: r for r in touched})
+        self.finished.clear()
+        outs = [o for o in (take_output(r, step_start) for r in reqs.values()) if o is not None]
+        if outs:
+            send_obj(self.to_detok, BatchReqOutput(outs))
+
+    def maybe_send_stats(self) -> None:
+        now = time.monotonic()
+        if now - self.last_stats < STATS_INTERVAL:
+            return
+        self.last_stats = now
+        s = self.sched.stats()
+        send_obj(self.to_detok, SchedulerStats(s["running"], s["waiting"], s["num_slots"], s["free_slots"],
+                                               s["cache_size"], s["hit_rate"]))
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.from_server, zmq.POLLIN)
+        while True:
+            timeout = 0 if self.sched.has_work() else IDLE_POLL_MS
+            if poller.poll(timeout):
+                for msg in drain(self.from_server):
+                    try:
+                        self.handle(msg)
+                    except Exception:
+                        logger.error("message handling failed:\n%s", traceback.format_exc())
+            step_start = time.perf_counter()
+            touched = self.step() if self.sched.has_work() else []
+            self.emit(touched, step_start)
+            self.maybe_send_stats()
+
+
+def run_scheduler(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, parent_pid: int) -> None:
+    """Process entry point (spawned by the launcher)."""
+    setup_child("scheduler", log_level, parent_pid)
+    torch.set_num_threads(1)
+    loop = SchedulerLoop(cfg, addrs, zmq.Context())
+    ready_conn.send(loop.info)
+    ready_conn.close()
+    loop.run()

@@ -1,0 +1,1 @@
+"""The HTTP serving runtime: FastAPI app, TokenizerManager and the process launcher."""

@@ -1,0 +1,172 @@
+"""FastAPI app: the native SGLang-compatible routes (the OpenAI routes live in openai_api.py).
+
+POST /generate returns {text, output_ids, meta_info} (a list for batched input or n > 1)
+or, with ``stream``, SSE chunks ``data: {...}`` with cumulative text and an ``index``,
+ending ``data: [DONE]``.  Errors before the first chunk are HTTP errors; a failure after
+it arrives as a ``data: {"error": ...}`` chunk.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from radixserve.config import EngineConfig, ServerConfig
+from radixserve.server.http_utils import (SSE_DONE, APIKeyMiddleware, error_body, install_error_handlers, parse_body,
+                                         sse)
+from radixserve.server.protocol import AbortReqInput, GenerateReqInput
+from radixserve.server.req_state import ReqState, RequestError
+from radixserve.server.tokenizer_manager import TokenizerManager
+
+
+@dataclass
+class ServerContext:
+    tm: TokenizerManager
+    engine_cfg: EngineConfig
+    server_cfg: ServerConfig
+    model_name: str
+    model_path: str
+    tokenizer_path: str
+    pids: dict[str, int]
+
+
+def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
+    """(prompts, param dicts, field names, rids, batched) from a /generate body."""
+    tm = ctx.tm
+    if (obj.text is None) == (obj.input_ids is None):
+        raise RequestError(400, "text: give exactly one of text or input_ids")
+    if obj.text is not None:
+        batched = isinstance(obj.text, list)
+        texts = obj.text if batched else [obj.text]
+        prompts = [tm.encode(t) for t in texts]
+        names = [f"text.{i}" if batched else "text" for i in range(len(texts))]
+    else:
+        batched = bool(obj.input_ids) and isinstance(obj.input_ids[0], list)
+        prompts = obj.input_ids if batched else [obj.input_ids]
+        names = [f"input_ids.{i}" if batched else "input_ids" for i in range(len(prompts))]
+    if not prompts:
+        raise RequestError(400, f"{'text' if obj.text is not None else 'input_ids'}: the batch is empty")
+    sp = obj.sampling_params
+    if isinstance(sp, list):
+        if len(sp) != len(prompts):
+            raise RequestError(400, "sampling_params: a list must have one entry per prompt")
+        params = [p.to_dict() for p in sp]
+    else:
+        params = [sp.to_dict() if sp is not None else {}] * len(prompts)
+    rids = obj.rid
+    if isinstance(rids, str):
+        rids = [rids] if not batched else [f"{rids}-{i}" for i in range(len(prompts))]
+    return prompts, params, names, rids, batched
+
+
+async def first_and_rest(events: AsyncIterator[ReqState]):
+    """Await the first event (so errors before it become HTTP errors); return it and the iterator."""
+    try:
+        return await events.__anext__(), events
+    except StopAsyncIteration:
+        return None, events
+
+
+def stream_response(first: Optional[Any], events: AsyncIterator[Any], render: Callable[[Any], list],
+                    tail: Optional[Callable[[], list]] = None) -> StreamingResponse:
+    """SSE of the chunks ``render(state)`` returns for every event, then ``tail()``'s
+    chunks, then [DONE]."""
+
+    async def body():
+        try:
+            item = first
+            while item is not None:
+                for chunk in render(item):
+                    yield sse(chunk)
+                item = await events.__anext__()
+        except StopAsyncIteration:
+            pass
+        except RequestError as e:
+            yield sse(error_body(e.status, e.message))
+        finally:
+            await events.aclose()
+        for chunk in tail() if tail else []:
+            yield sse(chunk)
+        yield SSE_DONE
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def create_app(ctx: ServerContext) -> FastAPI:
+    from radixserve.server.openai_api import openai_router
+
+    tm = ctx.tm
+    app = FastAPI(title="radixserve")
+    install_error_handlers(app)
+    if ctx.server_cfg.api_key:
+        app.add_middleware(APIKeyMiddleware, api_key=ctx.server_cfg.api_key)
+    app.include_router(openai_router(ctx))
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        obj = await parse_body(request, GenerateReqInput)
+        prompts, params, names, rids, batched = native_inputs(ctx, obj)
+        reqs = tm.build(prompts, params, names, rids, obj.return_logprob, obj.logprob_start_len,
+                        obj.top_logprobs_num)
+        states = tm.submit(reqs)
+        text_fn = tm.token_text if obj.return_text_in_logprobs else None
+        if obj.stream:
+            first, events = await first_and_rest(tm.events(states, request.is_disconnected))
+            return stream_response(first, events, lambda st: [{**st.to_native(text_fn), "index": st.index}])
+        if not await tm.run_to_end(states, request.is_disconnected):
+            return Response(status_code=499)
+        outs = [st.to_native(text_fn) for st in states]
+        return outs if batched or len(outs) > 1 else outs[0]
+
+    @app.get("/health")
+    async def health():
+        if not tm.healthy:
+            return JSONResponse(error_body(503, f"server unhealthy: {tm.dead_reason}"), status_code=503)
+        return Response(status_code=200)
+
+    @app.get("/health_generate")
+    async def health_generate():
+        reqs = tm.build([tm.encode("hi") or [0]], [{"max_new_tokens": 1, "temperature": 0}], ["text"], None)
+        states = tm.submit(reqs)
+        try:
+            await asyncio.wait_for(tm.run_to_end(states), timeout=30)
+        except asyncio.TimeoutError:
+            return JSONResponse(error_body(503, "health_generate: timed out"), status_code=503)
+        return Response(status_code=200)
+
+    @app.get("/get_model_info")
+    async def get_model_info():
+        return {"model_path": ctx.model_path, "tokenizer_path": ctx.tokenizer_path, "is_generation": True}
+
+    @app.get("/get_server_info")
+    async def get_server_info(check_invariants: bool = False):
+        cfg = ctx.engine_cfg
+        info = {**dataclasses.asdict(cfg.model), **dataclasses.asdict(cfg.cache), **dataclasses.asdict(cfg.scheduler),
+                "host": ctx.server_cfg.host, "port": ctx.server_cfg.port, "model_path": ctx.model_path,
+                "served_model_name": ctx.model_name, "pids": ctx.pids, "worker": dataclasses.asdict(tm.info)}
+        info["scheduler"] = await tm.control("stats+check" if check_invariants else "stats")
+        info["in_flight_requests"] = len(tm.states)
+        return info
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        if await tm.control("flush_cache"):
+            return {"success": True, "message": "Cache flushed."}
+        raise RequestError(400, "flush_cache: refused while requests are running")
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        obj = await parse_body(request, AbortReqInput)
+        if not obj.rid and not obj.abort_all:
+            raise RequestError(400, "rid: give a request id or abort_all: true")
+        return {"success": True, "aborted": tm.abort_matching("" if obj.abort_all else obj.rid)}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(tm.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    return app

@@ -1,0 +1,53 @@
+"""Chat templates for the server process.
+
+Only transformers' tokenizer renders a model's chat template, and importing transformers
+(and torch) costs seconds of CPU, so ``ChatEncoder.preload`` loads it in a daemon thread
+once the server is up; the first chat request waits for it if it is not ready yet.  The
+rendered text is tokenized with the server's own (light) tokenizer, whose ids are the same.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Optional
+
+from radixserve.server.req_state import RequestError
+
+
+class ChatEncoder:
+    def __init__(self, tokenizer: Any, tokenizer_path: str) -> None:
+        self.tokenizer = tokenizer
+        self.tokenizer_path = tokenizer_path
+        self._hf: Optional[asyncio.Future] = None
+
+    def preload(self) -> None:
+        """Start loading (idempotent); call from the event loop."""
+        if self._hf is not None:
+            return
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        if hasattr(self.tokenizer, "apply_chat_template"):
+            fut.set_result(self.tokenizer)
+        else:
+            from radixserve.detokenizer.fast_tokenizer import load_hf_tokenizer
+
+            def load() -> None:
+                try:
+                    fut.set_result(load_hf_tokenizer(self.tokenizer_path))
+                except BaseException as e:
+                    fut.set_exception(e)
+
+            # a daemon thread, not the loop's executor: shutting down never waits for this import
+            threading.Thread(target=load, name="chat-tokenizer", daemon=True).start()
+        self._hf = asyncio.wrap_future(fut)
+
+    async def encode(self, messages: list[dict]) -> list[int]:
+        """Token ids of ``messages`` under the model's chat template (generation prompt added);
+        RequestError(400) naming ``messages`` when the template refuses them."""
+        self.preload()
+        tok = await asyncio.shield(self._hf)
+        try:
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as e:
+            raise RequestError(400, f"messages: cannot apply the model's chat template ({e})") from None
+        return self.tokenizer.encode(text, add_special_tokens=False)

@@ -1,0 +1,87 @@
+"""HTTP plumbing shared by the native and OpenAI routes: error bodies, SSE, API-key check.
+
+Every error is OpenAI's error object ``{"error": {message, type, param, code}}`` where
+``param`` is the field the message names ("sampling_params.top_p: ...").
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from radixserve.server.protocol import validation_message
+from radixserve.server.req_state import RequestError
+
+M = TypeVar("M", bound=BaseModel)
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                503: "service_unavailable", 500: "internal_server_error"}
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    param = message.split(":", 1)[0] if ":" in message and " " not in message.split(":", 1)[0] else None
+    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "invalid_request_error"),
+                      "param": param, "code": status}}
+
+
+def error_response(status: int, message: str, headers: Optional[dict[str, str]] = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message), status_code=status, headers=headers)
+
+
+def sse(obj: Any) -> str:
+    return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    """The JSON body as ``model`` whatever the Content-Type; RequestError(400) names the field."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"body: invalid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "body: a JSON object is required")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RequestError(400, validation_message(list(e.errors()))) from None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(400, validation_message(list(exc.errors())))
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+class APIKeyMiddleware:
+    """Pure ASGI middleware (safe with streaming): every HTTP route except /health needs
+    ``Authorization: Bearer <api_key>``."""
+
+    def __init__(self, app: Any, api_key: str, open_paths: tuple[str, ...] = ("/health",)) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") in self.open_paths:
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        if headers.get(b"authorization") != self.expected:
+            resp = error_response(401, "authorization: missing or invalid API key (use 'Authorization: Bearer <key>')")
+            return await resp(scope, receive, send)
+        return await self.app(scope, receive, send)

@@ -1,0 +1,188 @@
+"""OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions.
+
+Choices are ordered prompt-major (choice ``i * n + j`` is copy j of prompt i); usage
+counts each prompt once and reports ``prompt_tokens_details.cached_tokens``.  Errors use
+OpenAI's names for the fields (``max_tokens``, ``prompt``, ``messages``...).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Optional
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from radixserve.server.http_utils import parse_body
+from radixserve.server.protocol import ChatCompletionRequest, CompletionRequest, _OpenAIBase
+from radixserve.server.req_state import ReqState, RequestError
+
+_RENAMES = {"sampling_params.max_new_tokens": "max_tokens", "sampling_params.min_new_tokens": "min_tokens",
+            "sampling_params.": ""}
+
+
+def _openai_names(e: RequestError) -> RequestError:
+    msg = e.message
+    for old, new in _RENAMES.items():
+        msg = msg.replace(old, new)
+    return RequestError(e.status, msg, e.headers)
+
+
+def sampling_dict(req: _OpenAIBase, max_tokens: Optional[int], default_max: int) -> dict[str, Any]:
+    d: dict[str, Any] = {"max_new_tokens": default_max if max_tokens is None else max_tokens, "n": req.n,
+                         "temperature": 1.0 if req.temperature is None else req.temperature}
+    for src, dst in (("top_p", "top_p"), ("top_k", "top_k"), ("min_p", "min_p"), ("stop", "stop"), ("seed", "seed"),
+                     ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
+                     ("repetition_penalty", "repetition_penalty"), ("logit_bias", "logit_bias"),
+                     ("min_tokens", "min_new_tokens"), ("ignore_eos", "ignore_eos"),
+                     ("stop_token_ids", "stop_token_ids"), ("skip_special_tokens", "skip_special_tokens")):
+        value = getattr(req, src)
+        if value is not None:
+            d[dst] = value
+    return d
+
+
+def finish_str(st: ReqState) -> Optional[str]:
+    return None if st.finish_reason is None else st.finish_reason.get("type")
+
+
+def usage(states: list[ReqState], n: int) -> dict[str, Any]:
+    firsts = states[::n]
+    prompt = sum(len(st.input_ids) for st in firsts)
+    completion = sum(len(st.output_ids) for st in states)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(st.cached_tokens for st in firsts)}}
+
+
+def openai_router(ctx: Any) -> APIRouter:
+    from radixserve.server.app import first_and_rest, stream_response
+
+    tm = ctx.tm
+    router = APIRouter()
+
+    def submit(prompts: list[list[int]], names: list[str], params: dict, rid: Optional[str], top: Optional[int]):
+        rids = None
+        if rid is not None:
+            rids = [rid] if len(prompts) == 1 else [f"{rid}-{i}" for i in range(len(prompts))]
+        try:
+            reqs = tm.build(prompts, [params] * len(prompts), names, rids, top is not None, -1, top or 0)
+        except RequestError as e:
+            raise _openai_names(e) from None
+        return tm.submit(reqs)
+
+    def lp_entry(tid: int, lp: float) -> dict[str, Any]:
+        s = tm.token_text(tid)
+        return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
+
+    def chat_logprobs(st: ReqState, start: int, top: int) -> Optional[dict]:
+        return {"content": [{**lp_entry(t.token_id, t.logprob),
+                             "top_logprobs": [lp_entry(i, v) for v, i in (t.top or [])[:top]]}
+                            for t in st.output_logprobs[start:]]}
+
+    def completion_logprobs(st: ReqState, start: int, top: int) -> dict:
+        lps = st.output_logprobs[start:]
+        tokens = [tm.token_text(t.token_id) for t in lps]
+        offsets, pos = [], 0
+        for s in tokens:
+            offsets.append(pos)
+            pos += len(s)
+        return {"tokens": tokens, "token_logprobs": [t.logprob for t in lps], "text_offset": offsets,
+                "top_logprobs": [{tm.token_text(i): v for v, i in (t.top or [])[:top]} for t in lps] if top else None}
+
+    @router.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": ctx.model_name, "object": "model", "created": 0,
+                                            "owned_by": "radixserve", "root": ctx.model_path,
+                                            "max_model_len": tm.info.context_len}]}
+
+    async def respond(req: _OpenAIBase, states: list[ReqState], request: Request, kind: str, top: Optional[int]):
+        rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+        created = int(time.time())
+        base = {"id": rid, "created": created, "model": req.model or ctx.model_name}
+        n = req.n
+        if not req.stream:
+            if not await tm.run_to_end(states, request.is_disconnected):
+                return Response(status_code=499)
+            choices = []
+            for st in states:
+                c: dict[str, Any] = {"index": st.index, "finish_reason": finish_str(st), "logprobs": None}
+                if kind == "chat":
+                    c["message"] = {"role": "assistant", "content": st.text}
+                    if top is not None:
+                        c["logprobs"] = chat_logprobs(st, 0, top)
+                else:
+                    c["text"] = st.text
+                    if top is not None:
+                        c["logprobs"] = completion_logprobs(st, 0, top)
+                choices.append(c)
+            obj = "chat.completion" if kind == "chat" else "text_completion"
+            return {**base, "object": obj, "choices": choices, "usage": usage(states, n)}
+
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        sent_text = {st.index: 0 for st in states}
+        sent_lp = {st.index: 0 for st in states}
+        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+
+        def render(st: ReqState) -> list:
+            i = st.index
+            delta, first = st.text[sent_text[i]:], sent_lp[i] == 0 and sent_text[i] == 0
+            if not delta and st.finish_reason is None and not (kind == "chat" and first):
+                return []
+            c: dict[str, Any] = {"index": i, "finish_reason": finish_str(st), "logprobs": None}
+            if kind == "chat":
+                c["delta"] = {"role": "assistant", "content": delta} if first else {"content": delta}
+                if top is not None:
+                    c["logprobs"] = chat_logprobs(st, sent_lp[i], top)
+            else:
+                c["text"] = delta
+                if top is not None:
+                    c["logprobs"] = completion_logprobs(st, sent_lp[i], top)
+            sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
+            chunk = {**base, "object": obj, "choices": [c]}
+            if include_usage:
+                chunk["usage"] = None
+            return [chunk]
+
+        def tail() -> list:
+            if not include_usage or not all(st.done for st in states):
+                return []
+            return [{**base, "object": obj, "choices": [], "usage": usage(states, n)}]
+
+        first, events = await first_and_rest(tm.events(states, request.is_disconnected))
+        return stream_response(first, events, render, tail)
+
+    @router.post("/v1/completions")
+    async def completions(request: Request):
+        req = await parse_body(request, CompletionRequest)
+        if req.echo:
+            raise RequestError(400, "echo: not supported")
+        if req.suffix:
+            raise RequestError(400, "suffix: not supported")
+        if req.best_of not in (None, req.n):
+            raise RequestError(400, "best_of: only best_of == n is supported")
+        p = req.prompt
+        if isinstance(p, str):
+            prompts, names = [tm.encode(p)], ["prompt"]
+        elif p and all(isinstance(x, int) for x in p):
+            prompts, names = [list(p)], ["prompt"]
+        else:
+            prompts = [tm.encode(x) if isinstance(x, str) else list(x) for x in p]
+            names = [f"prompt.{i}" for i in range(len(prompts))]
+        if not prompts:
+            raise RequestError(400, "prompt: the prompt is empty")
+        params = sampling_dict(req, req.max_tokens, 16)
+        states = submit(prompts, names, params, req.rid, req.logprobs)
+        return await respond(req, states, request, "completion", req.logprobs)
+
+    @router.post("/v1/chat/completions")
+    async def chat(request: Request):
+        req = await parse_body(request, ChatCompletionRequest)
+        msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
+        ids = await tm.chat.encode(msgs)
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        params = sampling_dict(req, max_tokens, tm.info.context_len)
+        top = (req.top_logprobs or 0) if req.logprobs else None
+        states = submit([ids], ["messages"], params, req.rid, top)
+        return await respond(req, states, request, "chat", top)
+
+    return router

@@ -1,0 +1,141 @@
+"""Request bodies of the native (SGLang) and OpenAI-compatible APIs as pydantic models.
+
+Types are checked here (pydantic names the field of a wrong type); value ranges are
+checked by ``SamplingParams.verify`` and the TokenizerManager, which also name the field.
+``validation_message`` turns a pydantic/FastAPI error into "field.path: reason".
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from radixserve.sampling_params import SamplingParams
+
+
+class _SamplingBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+def _sampling_model() -> type[_SamplingBase]:
+    """Every field of ``SamplingParams`` (optional, typed from its annotations), so the API
+    follows the dataclass when fields are added; unknown names are rejected."""
+    hints = typing.get_type_hints(SamplingParams)
+    spec: dict[str, Any] = {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(SamplingParams)}
+    return create_model("SamplingParamsIn", __base__=_SamplingBase, **spec)
+
+
+SamplingParamsIn = _sampling_model()
+
+
+class GenerateReqInput(BaseModel):
+    """POST /generate (SGLang field names)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+    text: Union[str, list[str], None] = None
+    input_ids: Union[list[int], list[list[int]], None] = None
+    sampling_params: Union[SamplingParamsIn, list[SamplingParamsIn], None] = None
+    rid: Union[str, list[str], None] = None
+    stream: bool = False
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+
+
+class AbortReqInput(BaseModel):
+    rid: str = ""
+    abort_all: bool = False
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _OpenAIBase(BaseModel):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+    model: Optional[str] = None
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    n: int = 1
+    stop: Union[str, list[str], None] = None
+    seed: Optional[int] = None
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    logit_bias: Optional[dict[int, float]] = None
+    user: Optional[str] = None
+    # SGLang extensions
+    min_tokens: Optional[int] = None
+    ignore_eos: Optional[bool] = None
+    stop_token_ids: Optional[list[int]] = None
+    skip_special_tokens: Optional[bool] = None
+    rid: Optional[str] = None
+
+
+class CompletionRequest(_OpenAIBase):
+    prompt: Union[str, list[str], list[int], list[list[int]]]
+    logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    suffix: Optional[str] = None
+    best_of: Optional[int] = None
+
+
+class ContentPart(BaseModel):
+    type: str
+    text: Optional[str] = None
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: Union[str, list[ContentPart], None] = None
+    name: Optional[str] = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "".join(p.text or "" for p in self.content if p.type == "text")
+
+
+class ChatCompletionRequest(_OpenAIBase):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = None
+    logprobs: bool = False
+    top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _clean_loc(loc: tuple) -> str:
+    """("body", "sampling_params", "list[...]", 0, "top_p") -> "sampling_params.0.top_p"."""
+    def is_union_tag(p: object) -> bool:  # pydantic labels union branches by type name
+        return isinstance(p, str) and ("[" in p or p in _TYPE_TAGS or p[:1].isupper())
+
+    parts = [str(p) for p in loc if p != "body" and not is_union_tag(p)]
+    return ".".join(parts) or "body"
+
+
+def validation_message(errors: list[dict]) -> str:
+    """The first error as "field.path: reason"; JSON syntax errors name the body."""
+    if not errors:
+        return "body: invalid request"
+    err = errors[0]
+    if err.get("type") == "json_invalid":
+        ctx = err.get("ctx") or {}
+        return f"body: invalid JSON ({ctx.get('error', err.get('msg'))})"
+    if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
+        return "body: a JSON object is required"
+    return f"{_clean_loc(tuple(err.get('loc', ())))}: {err.get('msg', 'invalid value')}"

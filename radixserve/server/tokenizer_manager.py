@@ -1,0 +1,226 @@
+"""TokenizerManager: the server process's asyncio side of the runtime.
+
+It tokenizes and validates requests (400s name the field), expands batches and n > 1 into
+single sequences, sends them to the scheduler, and routes the detokenizer's outputs back
+to the waiting handler.  Contract of ``events``: it yields a ReqState each time that
+state changed, raises ``RequestError`` if one of the group failed, and on every exit path
+(finish, error, client gone, cancellation) aborts what is still running.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import time
+import uuid
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+
+import zmq
+import zmq.asyncio
+
+from radixserve.ipc.io_struct import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError, SchedulerStats,
+                                      TokenizedRequest, WorkerInfo)
+from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, send_obj
+from radixserve.metrics import Metrics
+from radixserve.sampling_params import SamplingParams
+from radixserve.server.chat_template import ChatEncoder
+from radixserve.server.req_state import ReqState, RequestError
+
+logger = logging.getLogger(__name__)
+
+MAX_TOP_LOGPROBS = 64  # top-k logprobs travel per token (prompt ones too): bound the message size
+MAX_SEQUENCES = 1024  # prompts x n of one HTTP request
+
+
+class TokenizerManager:
+    def __init__(self, tokenizer: Any, info: WorkerInfo, addrs: IPCAddrs, tokenizer_path: str = "") -> None:
+        self.tokenizer = tokenizer
+        self.chat = ChatEncoder(tokenizer, tokenizer_path)
+        self.info = info
+        self.capacity = info.num_slots - 1
+        self.to_sched = make_socket(zmq.Context.instance(), zmq.PUSH, addrs.server_to_sched, bind=False)
+        self.from_detok = make_socket(zmq.asyncio.Context.instance(), zmq.PULL, addrs.detok_to_server, bind=True)
+        self.states: dict[str, ReqState] = {}
+        self.waiters: dict[str, asyncio.Future] = {}
+        self.metrics = Metrics()
+        self.last_stats: Optional[SchedulerStats] = None
+        self.healthy = True
+        self.dead_reason: Optional[str] = None
+        self._token_texts: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ input
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def token_text(self, tid: int) -> str:
+        text = self._token_texts.get(tid)
+        if text is None:
+            text = self._token_texts[tid] = self.tokenizer.decode([tid])
+        return text
+
+    def check_prompt(self, ids: list[int], name: str) -> None:
+        if not ids:
+            raise RequestError(400, f"{name}: the prompt is empty")
+        vocab = self.info.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise RequestError(400, f"{name}: token ids must be in [0, {vocab})")
+        limit = min(self.info.context_len, self.capacity)
+        if len(ids) >= limit:
+            raise RequestError(400, f"{name}: the prompt has {len(ids)} tokens; at most {limit - 1} fit "
+                                    f"(context length {self.info.context_len}, KV pool {self.capacity})")
+
+    def build(self, prompts: list[list[int]], params: list[dict], names: list[str], rids: Optional[list[str]],
+              return_logprob: bool = False, logprob_start_len: int = -1,
+              top_logprobs_num: int = 0) -> list[TokenizedRequest]:
+        """Validate and expand prompts (each with its sampling-param dict) into sequences;
+        copy j of an n > 1 prompt gets seed + j.  Raises RequestError(400)."""
+        if logprob_start_len < -1:
+            raise RequestError(400, "logprob_start_len: must be >= -1")
+        if not 0 <= top_logprobs_num <= MAX_TOP_LOGPROBS:
+            raise RequestError(400, f"top_logprobs_num: must be in [0, {MAX_TOP_LOGPROBS}]")
+        if rids is not None and len(rids) != len(prompts):
+            raise RequestError(400, "rid: a list must have one entry per prompt")
+        out: list[TokenizedRequest] = []
+        taken: set[str] = set()
+        for i, (ids, p, name) in enumerate(zip(prompts, params, names)):
+            self.check_prompt(ids, name)
+            try:
+                sp = SamplingParams.from_dict(p)
+                sp.verify(self.info.vocab_size)
+            except (ValueError, TypeError) as e:
+                raise RequestError(400, str(e)) from None
+            if len(out) + sp.n > MAX_SEQUENCES:
+                raise RequestError(400, f"n: at most {MAX_SEQUENCES} sequences per request (prompts x n)")
+            base = rids[i] if rids is not None else uuid.uuid4().hex
+            for j in range(sp.n):
+                rid = base if sp.n == 1 else f"{base}-{j}"
+                if rid in self.states or rid in taken:
+                    raise RequestError(400, f"rid: {rid!r} is already in use")
+                taken.add(rid)
+                one = SamplingParams(**{**sp.__dict__, "n": 1})
+                seed = None if sp.seed is None else sp.seed + j
+                out.append(TokenizedRequest(rid, list(ids), one, seed, return_logprob, logprob_start_len,
+                                            top_logprobs_num))
+        return out
+
+    # ------------------------------------------------------------------ lifecycle of a group
+    def submit(self, reqs: list[TokenizedRequest]) -> list[ReqState]:
+        if not self.healthy:
+            raise RequestError(503, f"server unhealthy: {self.dead_reason}")
+        group: asyncio.Queue = asyncio.Queue()
+        states = []
+        for i, r in enumerate(reqs):
+            st = ReqState(r.rid, i, r.input_ids, group, r.return_logprob, r.logprob_start_len, r.top_logprobs_num)
+            self.states[r.rid] = st
+            states.append(st)
+            send_obj(self.to_sched, r)
+        return states
+
+    async def events(self, states: list[ReqState],
+                     disconnected: Optional[Callable[[], Awaitable[bool]]] = None) -> AsyncIterator[ReqState]:
+        group = states[0].group
+        remaining = {st.rid for st in states}
+        try:
+            while remaining:
+                try:
+                    st = await asyncio.wait_for(group.get(), timeout=0.5)
+                except asyncio.TimeoutError:
+                    if disconnected is not None and await disconnected():
+                        logger.info("client disconnected; aborting %d request(s)", len(remaining))
+                        return
+                    continue
+                st.dirty = False
+                if st.error is not None:
+                    raise st.error
+                if st.done:
+                    remaining.discard(st.rid)
+                yield st
+        finally:
+            for st in states:
+                if st.done:
+                    self.states.pop(st.rid, None)
+                elif not st.detached:
+                    st.detached = True
+                    self.abort(st.rid)
+
+    async def run_to_end(self, states: list[ReqState],
+                         disconnected: Optional[Callable[[], Awaitable[bool]]] = None) -> bool:
+        """Wait until every state finished; False when the client went away first."""
+        async for _ in self.events(states, disconnected):
+            pass
+        return all(st.done for st in states)
+
+    def abort(self, rid: str, message: str = "aborted by client") -> None:
+        send_obj(self.to_sched, AbortReq(rid, message))
+
+    def abort_matching(self, rid: str) -> int:
+        """Abort ``rid`` and its n > 1 copies (``rid-0``, ``rid-1``, ...); "" aborts all."""
+        hits = [r for r in self.states if not rid or r == rid or r.startswith(rid + "-")]
+        for r in hits:
+            self.abort(r)
+        return len(hits)
+
+    async def control(self, kind: str, timeout: float = 30.0) -> Any:
+        req_id = uuid.uuid4().hex
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[req_id] = fut
+        send_obj(self.to_sched, ControlReq(req_id, kind))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self.waiters.pop(req_id, None)
+
+    def fail_all(self, reason: str) -> None:
+        """A child process died: fail every request and every health check from now on."""
+        self.healthy, self.dead_reason = False, reason
+        for st in list(self.states.values()):
+            st.fail(RequestError(500, f"server error: {reason}"))
+        for fut in self.waiters.values():
+            if not fut.done():
+                fut.set_exception(RequestError(503, f"server unhealthy: {reason}"))
+
+    # ------------------------------------------------------------------ output
+    async def recv_loop(self) -> None:
+        while True:
+            msg = pickle.loads(await self.from_detok.recv())
+            try:
+                self.dispatch(msg)
+            except Exception:
+                logger.exception("dispatching %s failed", type(msg).__name__)
+
+    def dispatch(self, msg: Any) -> None:
+        if isinstance(msg, BatchReqOutput):
+            now = time.perf_counter()
+            for out in msg.outputs:
+                st = self.states.get(out.rid)
+                if st is None:
+                    continue
+                self._observe(st, out, now)
+                st.apply(out, now)
+                if st.detached and st.done:
+                    self.states.pop(st.rid, None)
+        elif isinstance(msg, ReqError):
+            st = self.states.pop(msg.rid, None)
+            if st is not None:
+                headers = {"Retry-After": "1"} if msg.status == 503 else None
+                st.fail(RequestError(msg.status, msg.message, headers))
+        elif isinstance(msg, ControlReply):
+            fut = self.waiters.get(msg.req_id)
+            if fut is not None and not fut.done():
+                fut.set_result(msg.payload)
+        elif isinstance(msg, SchedulerStats):
+            self.last_stats = msg
+            self.metrics.observe_stats(msg)
+
+    def _observe(self, st: ReqState, out: Any, now: float) -> None:
+        m = self.metrics
+        if out.queue_time is not None:
+            m.queue.observe(out.queue_time)
+        if out.new_ids:
+            if st.first_token_time is None:
+                m.ttft.observe(now - st.created)
+            elif st.last_token_time is not None:
+                m.itl.observe((now - st.last_token_time) / len(out.new_ids))
+        if out.finish_reason is not None:
+            m.observe_finish(out.finish_reason.get("type", "unknown"), len(st.input_ids), out.completion_tokens,
+                             out.cached_tokens, now - st.created)

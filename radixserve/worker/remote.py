@@ -1,0 +1,41 @@
+"""``RemoteWorker``: the scheduler's handle on a worker process.
+
+It has the same ``step(plan) -> StepResult`` as ``ModelRunner``, so the existing Scheduler
+drives a remote worker unchanged.  ``step`` sends the plan and blocks for the reply;
+a ``WorkerError`` reply raises ``WorkerStepError`` with the failed plan attached.
+"""
+from __future__ import annotations
+
+import zmq
+
+from radixserve.ipc.io_struct import WorkerInfo
+from radixserve.ipc.messages import StepPlan, StepResult
+from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
+from radixserve.worker.process import WorkerError
+
+
+class WorkerStepError(RuntimeError):
+    def __init__(self, message: str, plan: StepPlan) -> None:
+        super().__init__(message)
+        self.plan = plan
+
+
+class RemoteWorker:
+    def __init__(self, ctx: zmq.Context, addrs: IPCAddrs) -> None:
+        self.to_worker = make_socket(ctx, zmq.PUSH, addrs.sched_to_worker, bind=False)
+        self.from_worker = make_socket(ctx, zmq.PULL, addrs.worker_to_sched, bind=True)
+        self.num_steps = 0
+
+    def wait_ready(self) -> WorkerInfo:
+        """Block until the worker has loaded the model."""
+        info = recv_obj(self.from_worker)
+        assert isinstance(info, WorkerInfo), f"expected WorkerInfo, got {type(info).__name__}"
+        return info
+
+    def step(self, plan: StepPlan) -> StepResult:
+        send_obj(self.to_worker, plan)
+        reply = recv_obj(self.from_worker)
+        self.num_steps += 1
+        if isinstance(reply, WorkerError):
+            raise WorkerStepError(reply.message, plan)
+        return reply
