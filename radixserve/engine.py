@@ -11,6 +11,7 @@ import logging
 from typing import Any, Iterator, Optional, Union
 
 from radixserve.config import EngineConfig
+from radixserve.detokenizer.fast_tokenizer import eos_token_ids
 from radixserve.detokenizer.incremental import IncrementalDecoder, trim_stop
 from radixserve.model import loader
 from radixserve.sampling_params import SamplingParams
@@ -25,22 +26,6 @@ logger = logging.getLogger(__name__)
 
 Prompt = Union[str, list[str], None]
 Params = Union[dict, SamplingParams, list, None]
-
-
-def eos_token_ids(tokenizer: Any, hf_dir: str) -> tuple[int, ...]:
-    """EOS ids from generation_config.json when present, else the tokenizer's."""
-    ids: set[int] = set()
-    try:
-        from transformers import GenerationConfig
-
-        gen = GenerationConfig.from_pretrained(hf_dir)
-        e = gen.eos_token_id
-        ids.update([e] if isinstance(e, int) else (e or []))
-    except (OSError, ValueError):
-        pass
-    if tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return tuple(sorted(ids))
 
 
 def build_runtime(cfg: EngineConfig, show_progress: bool = False):

@@ -57,8 +57,8 @@ def load_hf_tokenizer(path: str) -> Any:
 
 
 def eos_token_ids(tokenizer: Any, hf_dir: str) -> tuple[int, ...]:
-    """Same as ``engine.eos_token_ids`` (generation_config.json, then the tokenizer's EOS)
-    without importing transformers."""
+    """EOS ids from generation_config.json when present, plus the tokenizer's EOS (read
+    without importing transformers)."""
     ids: set[int] = set()
     try:
         with open(os.path.join(hf_dir, "generation_config.json")) as f:
