@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -88,7 +89,10 @@ def stream_response(first: Optional[Any], events: AsyncIterator[Any], render: Ca
         except RequestError as e:
             yield sse(error_body(e.status, e.message))
         finally:
-            await events.aclose()
+            # A client disconnect cancels this task, and anyio re-cancels every later await;
+            # shield the close so the events' cleanup (which aborts the requests) runs.
+            with anyio.CancelScope(shield=True):
+                await events.aclose()
         for chunk in tail() if tail else []:
             yield sse(chunk)
         yield SSE_DONE
