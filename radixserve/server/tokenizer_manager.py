@@ -120,14 +120,20 @@ class TokenizerManager:
                      disconnected: Optional[Callable[[], Awaitable[bool]]] = None) -> AsyncIterator[ReqState]:
         group = states[0].group
         remaining = {st.rid for st in states}
+        last_check = time.monotonic()
         try:
             while remaining:
                 try:
                     st = await asyncio.wait_for(group.get(), timeout=0.5)
                 except asyncio.TimeoutError:
-                    if disconnected is not None and await disconnected():
+                    st = None
+                # check the client every 0.5 s, also while tokens keep arriving
+                if disconnected is not None and time.monotonic() - last_check >= 0.5:
+                    last_check = time.monotonic()
+                    if await disconnected():
                         logger.info("client disconnected; aborting %d request(s)", len(remaining))
                         return
+                if st is None:
                     continue
                 st.dirty = False
                 if st.error is not None:
