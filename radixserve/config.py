@@ -48,6 +48,13 @@ class SchedulerConfig:
     (None or <= 0 disables chunking).  ``max_prefill_tokens`` caps the tokens of one
     extend step over all requests.  ``new_token_ratio`` is the share of each request's
     remaining ``max_new_tokens`` that admission reserves for future decode tokens.
+
+    Structured generation: ``enable_jump_forward`` appends text the grammar forces without
+    sampling it; grammars compile in ``grammar_compile_workers`` processes, each compilation
+    limited to ``grammar_compile_timeout`` seconds and ``grammar_compile_memory_mb``;
+    ``grammar_cache_size`` compiled grammars and ``grammar_mask_cache_size`` per-state masks
+    are kept (LRU).  ``json_whitespace_pattern`` is the regex allowed between JSON tokens
+    (None: outlines-core's default ``[ ]?``; "" for compact JSON).
     """
 
     schedule_policy: str = "lpm"
@@ -58,6 +65,13 @@ class SchedulerConfig:
     new_token_ratio: float = 0.5
     lpm_queue_limit: int = 128
     in_batch_prefix_threshold: int = 32
+    enable_jump_forward: bool = True
+    grammar_compile_timeout: float = 30.0
+    grammar_compile_workers: int = 1
+    grammar_compile_memory_mb: int = 4096
+    grammar_cache_size: int = 128
+    grammar_mask_cache_size: int = 1024
+    json_whitespace_pattern: Optional[str] = None
 
 
 @dataclass(frozen=True)

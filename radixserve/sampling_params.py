@@ -12,7 +12,9 @@ class SamplingParams:
     temperature 0 means greedy.  top_k -1 (or 0) means no top-k cut.  ``stop`` strings are
     trimmed from the returned text; ``stop_token_ids`` end generation on those ids (kept in
     ``output_ids``).  ``seed`` makes sampling reproducible per request independent of batch
-    composition; with ``n > 1`` copy ``i`` uses ``seed + i``.
+    composition; with ``n > 1`` copy ``i`` uses ``seed + i``.  ``regex``, ``json_schema`` (a
+    JSON string or an object) or ``choices`` (a list of strings) constrain the output to
+    match fully; an invalid or unsupported one raises ValueError with the parser's message.
     """
 
     max_new_tokens: int = 128
@@ -32,6 +34,10 @@ class SamplingParams:
     logit_bias: Optional[dict[int, float]] = None
     seed: Optional[int] = None
     n: int = 1
+    # structured generation (radixserve/constrained): at most one of these
+    regex: Optional[str] = None
+    json_schema: Union[str, dict, None] = None
+    choices: Optional[list[str]] = None
 
     @classmethod
     def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
@@ -122,4 +128,8 @@ class SamplingParams:
         for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be a boolean")
+        if self.regex is not None or self.json_schema is not None or self.choices is not None:
+            from radixserve.constrained.spec import constraint_of
+
+            constraint_of(self)
 

@@ -60,6 +60,7 @@ class Req:
     output_logprobs: list[TokenLogprob] = field(default_factory=list)
     retractions: int = 0
     extra: dict = field(default_factory=dict)  # front-end data carried along (e.g. arrival time)
+    grammar: Optional[Any] = None  # constrained.fsm_state.GrammarState once the grammar is compiled
 
     @property
     def fill_ids(self) -> list[int]:

@@ -12,6 +12,7 @@ from collections import deque
 from typing import Any, Callable, Optional, Protocol
 
 from radixserve.config import SchedulerConfig
+from radixserve.constrained.manager import GrammarManager, has_constraint
 from radixserve.ipc.messages import StepPlan, StepReq, StepResult
 from radixserve.mem_cache.invariants import check_memory_invariants
 from radixserve.scheduler.kv_manager import KVManager
@@ -43,6 +44,10 @@ class Scheduler:
         self._release: list[str] = []
         self.num_retractions = 0
         self.hooks: list[Callable[[Req], None]] = []  # called for every finished request
+        # structured generation: requests waiting for their grammar, and requests whose
+        # jump-forward tokens need an extend step (both empty without constrained requests)
+        self.grammars = GrammarManager(cfg, stop_checker.tokenizer, vocab_size, stop_checker.eos_ids)
+        self._forced: list[Req] = []
 
     # ------------------------------------------------------------------ requests
     def validate(self, req: Req) -> None:
@@ -65,11 +70,20 @@ class Scheduler:
 
     def add_request(self, req: Req) -> None:
         self.validate(req)
-        if self.cfg.max_queued_requests is not None and len(self.waiting) >= self.cfg.max_queued_requests:
+        if (self.cfg.max_queued_requests is not None
+                and len(self.waiting) + len(self.grammars.waiting) >= self.cfg.max_queued_requests):
             raise OverflowError("the waiting queue is full")
+        if has_constraint(req.sampling):
+            self.grammars.add(req)  # joins the queue once its grammar is compiled
+            return
         self.waiting.append(req)
 
     def abort(self, rid: str, message: str = "aborted") -> Optional[Req]:
+        req = self.grammars.remove(rid) if self.grammars.waiting else None
+        if req is not None:
+            req.finish_reason = FinishReason.abort(message)
+            self._finish(req)
+            return req
         for req in list(self.waiting):
             if req.rid == rid:
                 self.waiting.remove(req)
@@ -84,21 +98,34 @@ class Scheduler:
         return None
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.grammars.waiting)
 
     # ------------------------------------------------------------------ one step
     def step(self) -> list[Req]:
         """Run one model step; returns the requests that produced output or finished."""
-        touched: list[Req] = []
+        touched: list[Req] = self._grammars_ready() if self.grammars.waiting else []
         plan, batch = self._prefill_plan()
+        forced = plan is None and bool(self._forced)
+        if forced:
+            plan, batch = self._forced_plan()
         if plan is None:
-            plan, batch, touched = self._decode_plan()
+            plan, batch, more = self._decode_plan()
+            touched += more
         if plan is None:
             if self._release:
                 self.worker.step(StepPlan(False, [], self._take_release()))
+            if self.grammars.waiting and not self.running and not self.waiting:
+                self.grammars.wait(0.05)  # nothing else to run: sleep until a compilation ends
             return touched
         result = self.worker.step(plan)
-        return touched + self._process(plan, batch, result)
+        return touched + self._process(plan, batch, result, cache=not forced)
+
+    def _grammars_ready(self) -> list[Req]:
+        ready, failed = self.grammars.ready()
+        self.waiting.extend(ready)
+        for req in failed:
+            self._finish(req)
+        return failed
 
     def _take_release(self) -> list[str]:
         out, self._release = self._release, []
@@ -167,7 +194,32 @@ class Scheduler:
                 break
 
     def _step_req(self, req: Req, n: int) -> StepReq:
-        return make_step_req(req, self.kv.row(req), n, self.stops.eos_ids)
+        sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids)
+        if req.grammar is not None and sr.sample:
+            sr.vocab_mask = self.grammars.mask(req)
+        return sr
+
+    def _forced_plan(self):
+        """One extend step over the jump-forward tokens of ``self._forced`` plus one token for
+        every decode-ready request, so a jump never stalls the rest of the batch."""
+        kv = self.kv
+        pend = [r for r in self._forced if r.status == ReqStatus.RUNNING and not r.finished
+                and r is not self.chunked and r.kv_len < r.fill_len - 1]
+        self._forced = []
+        if not pend:
+            return None, None
+        ready = [r for r in self.running if r.kv_len == r.fill_len - 1 and r is not self.chunked]
+        batch = [(r, r.fill_len - r.kv_len) for r in pend] + [(r, 1) for r in ready]
+        slots = kv.alloc_slots(sum(n for _, n in batch))
+        if slots is None:  # no memory: the jumped requests start over from the cache
+            for r in pend:
+                self._retract(r)
+            return None, None
+        at = 0
+        for r, n in batch:
+            kv.extend_row(r, slots[at: at + n])
+            at += n
+        return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
 
     # ------------------------------------------------------------------ decode
     def _decode_plan(self):
@@ -221,7 +273,7 @@ class Scheduler:
         logger.info("retracted %s (kv pool full); %d waiting", req.rid, len(self.waiting))
 
     # ------------------------------------------------------------------ results
-    def _process(self, plan: StepPlan, batch, result: StepResult) -> list[Req]:
+    def _process(self, plan: StepPlan, batch, result: StepResult, cache: bool = True) -> list[Req]:
         touched = []
         for (req, n), out in zip(batch, result.outputs):
             if req.finished:  # aborted while the step ran
@@ -232,12 +284,17 @@ class Scheduler:
                 req.output_ids.append(out.next_token)
                 if out.next_logprob is not None:
                     req.output_logprobs.append(out.next_logprob)
-                self.stops.check(req)
+                if req.grammar is None:
+                    self.stops.check(req)
+                elif self.grammars.after_token(req):
+                    self.stops.check(req)
+                    if not req.finished and self.grammars.after_stop(req, self.cfg.enable_jump_forward):
+                        self._forced.append(req)
             elif req.kv_len == req.fill_len and req.remaining_new_tokens() == 0:
                 req.finish_reason = FinishReason.length(len(req.output_ids))
             if req.finished:
                 self._retire(req)
-            elif not plan.decode and self.kv.cache_unfinished(req):
+            elif not plan.decode and cache and self.kv.cache_unfinished(req):
                 req.extra["resync"] = True
             touched.append(req)
         return touched
@@ -274,4 +331,6 @@ class Scheduler:
         s = dict(self.kv.cache.stats())
         s.update(running=len(self.running), waiting=len(self.waiting), free_slots=self.kv.allocator.available_size(),
                  num_slots=self.kv.capacity, retractions=self.num_retractions)
+        if self.grammars.backend is not None:
+            s.update(self.grammars.stats())
         return s

@@ -1,6 +1,8 @@
 """OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions.
 
-Choices are ordered prompt-major (choice ``i * n + j`` is copy j of prompt i); usage
+``response_format`` ``{"type": "json_object"}`` constrains the output to a JSON object,
+``{"type": "json_schema", "json_schema": {"schema": ...}}`` to the schema (SGLang's ``regex``
+extension is accepted too).  Choices are ordered prompt-major (choice ``i * n + j`` is copy j of prompt i); usage
 counts each prompt once and reports ``prompt_tokens_details.cached_tokens``.  Errors use
 OpenAI's names for the fields (``max_tokens``, ``prompt``, ``messages``...).
 """
@@ -18,7 +20,7 @@ from radixserve.server.protocol import ChatCompletionRequest, CompletionRequest,
 from radixserve.server.req_state import ReqState, RequestError
 
 _RENAMES = {"sampling_params.max_new_tokens": "max_tokens", "sampling_params.min_new_tokens": "min_tokens",
-            "sampling_params.": ""}
+            "sampling_params.json_schema": "response_format", "sampling_params.": ""}
 
 
 def _openai_names(e: RequestError) -> RequestError:
@@ -39,6 +41,17 @@ def sampling_dict(req: _OpenAIBase, max_tokens: Optional[int], default_max: int)
         value = getattr(req, src)
         if value is not None:
             d[dst] = value
+    rf = req.response_format
+    if rf is not None and rf.type == "json_object":
+        d["json_schema"] = {"type": "object"}
+    elif rf is not None and rf.type == "json_schema":
+        if rf.json_schema is None or rf.json_schema.schema_ is None:
+            raise RequestError(400, "response_format.json_schema.schema: required for type json_schema")
+        d["json_schema"] = rf.json_schema.schema_
+    if req.regex is not None:
+        if "json_schema" in d:
+            raise RequestError(400, "regex: give either regex or response_format, not both")
+        d["regex"] = req.regex
     return d
 
 

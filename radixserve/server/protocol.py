@@ -57,6 +57,21 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    """``response_format.json_schema`` of the OpenAI API."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    name: Optional[str] = None
+    description: Optional[str] = None
+    schema_: Optional[dict[str, Any]] = Field(default=None, alias="schema")
+    strict: Optional[bool] = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: Optional[JsonSchemaFormat] = None
+
+
 class _OpenAIBase(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -83,6 +98,9 @@ class _OpenAIBase(BaseModel):
     stop_token_ids: Optional[list[int]] = None
     skip_special_tokens: Optional[bool] = None
     rid: Optional[str] = None
+    # structured output: OpenAI's response_format, SGLang's regex
+    response_format: Optional[ResponseFormat] = None
+    regex: Optional[str] = None
 
 
 class CompletionRequest(_OpenAIBase):

@@ -1,0 +1,157 @@
+"""Turn ``regex`` / ``json_schema`` / ``choices`` sampling parameters into one regex.
+
+Contract:
+- ``constraint_of(params)`` returns None for an unconstrained request, else a
+  ``Constraint(kind, key, regex)``; ``key`` (kind + canonical spec) identifies the compiled
+  index in the cache.  Results are memoized, so repeated validation is cheap.
+- Every problem raises ``ValueError("sampling_params.<field>: ...")`` carrying the parser's
+  message: a regex that Python's ``re`` parser rejects (outlines-core's own error text is
+  only "error building NFA"), lookaround / backreferences / anchors, which the
+  automaton-based backend does not support (a leading ``^`` / trailing ``$`` is dropped:
+  the whole output always matches), or a schema that outlines-core's
+  ``build_regex_from_schema`` rejects (invalid JSON, unsupported type or keyword).
+  Keywords outlines-core would silently ignore are enforced or rejected (json_schema.py).
+  Rust-only escapes that Python does not know (``\\p{L}``...) are left to the compiler,
+  whose failure then fails the request asynchronously.
+- ``choices`` compile to an alternation of the choices with every regex metacharacter
+  escaped (so ``a.b`` matches only the literal text).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Optional
+
+try:  # Python >= 3.11
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    import sre_parse  # type: ignore[no-redef]
+
+DEFAULT_WHITESPACE = r"[ ]?"  # outlines-core's default between JSON tokens
+_META = set("\\.+*?()|[]{}^$#&-~")
+_UNSUPPORTED = {"ASSERT": "lookaround assertions", "ASSERT_NOT": "lookaround assertions",
+                "GROUPREF": "backreferences", "GROUPREF_EXISTS": "conditional backreferences",
+                "AT": "anchors other than a leading ^ and a trailing $ (\\b, \\A, \\Z, inner ^ or $)",
+                "ATOMIC_GROUP": "atomic groups", "POSSESSIVE_REPEAT": "possessive repeats"}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    kind: str  # "regex" | "json" | "choices"
+    key: tuple  # (kind, canonical spec, whitespace) -> compiled-index cache key
+    regex: str
+
+
+def escape(text: str) -> str:
+    """Escape regex metacharacters for the Rust regex syntax outlines-core uses."""
+    return "".join("\\" + c if c in _META else c for c in text)
+
+
+def _walk(tree: Any) -> Optional[str]:
+    for op, av in tree:
+        name = str(op)
+        if name in _UNSUPPORTED:
+            return _UNSUPPORTED[name]
+        items = av if isinstance(av, (list, tuple)) else [av]
+        for x in items:
+            if isinstance(x, sre_parse.SubPattern):
+                bad = _walk(x)
+                if bad:
+                    return bad
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    if isinstance(y, sre_parse.SubPattern):
+                        bad = _walk(y)
+                        if bad:
+                            return bad
+    return None
+
+
+def strip_anchors(pattern: str) -> str:
+    """Drop a leading ``^`` and a trailing unescaped ``$``: the whole output always matches."""
+    if pattern.startswith("^"):
+        pattern = pattern[1:]
+    if pattern.endswith("$"):
+        k = len(pattern) - 1
+        while k > 0 and pattern[k - 1] == "\\":
+            k -= 1
+        if (len(pattern) - 1 - k) % 2 == 0:
+            pattern = pattern[:-1]
+    return pattern
+
+
+@lru_cache(maxsize=1024)
+def check_regex(pattern: str, field: str = "regex") -> None:
+    """Raise ValueError when the pattern is invalid or uses an unsupported feature."""
+    try:
+        tree = sre_parse.parse(pattern)
+    except re.error as e:
+        if "bad escape" in str(e):  # a Rust-only class such as \p{L}: the compiler decides
+            return
+        raise ValueError(f"sampling_params.{field}: invalid regular expression: {e}") from None
+    except RecursionError:
+        raise ValueError(f"sampling_params.{field}: the regular expression is nested too deeply") from None
+    bad = _walk(tree)
+    if bad:
+        raise ValueError(f"sampling_params.{field}: {bad} are not supported in constrained generation")
+
+
+@lru_cache(maxsize=1024)
+def _schema_regex(schema: str, whitespace: str) -> str:
+    from radixserve.constrained.json_schema import schema_to_regex
+
+    try:
+        return schema_to_regex(schema, whitespace)
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+        raise ValueError(f"sampling_params.json_schema: unsupported or invalid schema: {e}") from None
+    except BaseException as e:  # a Rust panic surfaces as pyo3's PanicException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise ValueError(f"sampling_params.json_schema: unsupported or invalid schema: {e}") from None
+
+
+def canonical_schema(schema: Any) -> str:
+    """The schema as compact JSON (key order kept: it is the order of the output's
+    properties); a string must hold a JSON object or boolean."""
+    if isinstance(schema, (dict, bool)):
+        try:
+            return json.dumps(schema)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"sampling_params.json_schema: not serializable as JSON: {e}") from None
+    if isinstance(schema, str):
+        try:
+            obj = json.loads(schema)
+        except ValueError as e:
+            raise ValueError(f"sampling_params.json_schema: invalid JSON: {e}") from None
+        if not isinstance(obj, (dict, bool)):
+            raise ValueError("sampling_params.json_schema: a schema must be a JSON object")
+        return json.dumps(obj)
+    raise ValueError("sampling_params.json_schema: must be a JSON string or an object")
+
+
+def constraint_of(params: Any, whitespace: Optional[str] = None) -> Optional[Constraint]:
+    """The constraint a SamplingParams asks for (None when unconstrained)."""
+    regex, schema, choices = params.regex, params.json_schema, params.choices
+    given = [n for n, v in (("regex", regex), ("json_schema", schema), ("choices", choices)) if v is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise ValueError(f"sampling_params.{given[1]}: give only one of regex, json_schema and choices")
+    ws = DEFAULT_WHITESPACE if whitespace is None else whitespace
+    if regex is not None:
+        if not isinstance(regex, str) or not regex:
+            raise ValueError("sampling_params.regex: must be a non-empty string")
+        regex = strip_anchors(regex)
+        check_regex(regex)
+        return Constraint("regex", ("regex", regex), regex)
+    if schema is not None:
+        canon = canonical_schema(schema)
+        rx = _schema_regex(canon, ws)
+        return Constraint("json", ("json", canon, ws), rx)
+    if (not isinstance(choices, (list, tuple)) or not choices
+            or not all(isinstance(c, str) and c for c in choices)):
+        raise ValueError("sampling_params.choices: must be a non-empty list of non-empty strings")
+    rx = "(" + "|".join(escape(c) for c in choices) + ")"
+    return Constraint("choices", ("regex", rx), rx)
