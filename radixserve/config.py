@@ -53,8 +53,9 @@ class SchedulerConfig:
     sampling it; grammars compile in ``grammar_compile_workers`` processes, each compilation
     limited to ``grammar_compile_timeout`` seconds and ``grammar_compile_memory_mb``;
     ``grammar_cache_size`` compiled grammars and ``grammar_mask_cache_size`` per-state masks
-    are kept (LRU).  ``json_whitespace_pattern`` is the regex allowed between JSON tokens
-    (None: outlines-core's default ``[ ]?``; "" for compact JSON).
+    are kept (LRU).  ``json_whitespace_pattern`` is the regex allowed between JSON tokens:
+    "" (the default) gives compact JSON, where every separator is forced and jump-forward
+    skips it; ``[ ]?`` is outlines-core's default (None means the same).
     """
 
     schedule_policy: str = "lpm"
@@ -71,7 +72,7 @@ class SchedulerConfig:
     grammar_compile_memory_mb: int = 4096
     grammar_cache_size: int = 128
     grammar_mask_cache_size: int = 1024
-    json_whitespace_pattern: Optional[str] = None
+    json_whitespace_pattern: Optional[str] = ""
 
 
 @dataclass(frozen=True)

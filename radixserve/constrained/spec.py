@@ -29,7 +29,7 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
-DEFAULT_WHITESPACE = r"[ ]?"  # outlines-core's default between JSON tokens
+OUTLINES_WHITESPACE = r"[ ]?"  # outlines-core's default; the server's default is "" (compact)
 _META = set("\\.+*?()|[]{}^$#&-~")
 _UNSUPPORTED = {"ASSERT": "lookaround assertions", "ASSERT_NOT": "lookaround assertions",
                 "GROUPREF": "backreferences", "GROUPREF_EXISTS": "conditional backreferences",
@@ -139,7 +139,7 @@ def constraint_of(params: Any, whitespace: Optional[str] = None) -> Optional[Con
         return None
     if len(given) > 1:
         raise ValueError(f"sampling_params.{given[1]}: give only one of regex, json_schema and choices")
-    ws = DEFAULT_WHITESPACE if whitespace is None else whitespace
+    ws = OUTLINES_WHITESPACE if whitespace is None else whitespace
     if regex is not None:
         if not isinstance(regex, str) or not regex:
             raise ValueError("sampling_params.regex: must be a non-empty string")
