@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Optional, Union
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 
 from radixserve.config import EngineConfig, ServerConfig
 from radixserve.server.http_utils import (SSE_DONE, APIKeyMiddleware, error_body, install_error_handlers, parse_body,
@@ -22,6 +23,12 @@ from radixserve.server.http_utils import (SSE_DONE, APIKeyMiddleware, error_body
 from radixserve.server.protocol import AbortReqInput, GenerateReqInput
 from radixserve.server.req_state import ReqState, RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
+
+
+class TokenizeReqInput(BaseModel):
+    """POST /tokenize."""
+
+    text: Union[str, list[str]]
 
 
 @dataclass
@@ -144,7 +151,16 @@ def create_app(ctx: ServerContext) -> FastAPI:
 
     @app.get("/get_model_info")
     async def get_model_info():
-        return {"model_path": ctx.model_path, "tokenizer_path": ctx.tokenizer_path, "is_generation": True}
+        return {"model_path": ctx.model_path, "tokenizer_path": ctx.tokenizer_path, "is_generation": True,
+                **await tm.chat_template_info()}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        """{text: str | [str]} -> {input_ids}: the ids /generate uses for that ``text``."""
+        obj = await parse_body(request, TokenizeReqInput)
+        if isinstance(obj.text, str):
+            return {"input_ids": tm.encode(obj.text)}
+        return {"input_ids": [tm.encode(t) for t in obj.text]}
 
     @app.get("/get_server_info")
     async def get_server_info(check_invariants: bool = False):

@@ -52,6 +52,19 @@ class TokenizerManager:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
+    async def chat_template_info(self) -> dict[str, Any]:
+        """The chat template and special-token strings, as transformers loads them, for clients
+        that render chat roles themselves (e.g. frontend_lang); None values if unavailable."""
+        self.chat.preload()
+        try:
+            tok = await asyncio.shield(self.chat._hf)
+        except Exception as e:
+            logger.warning("no chat template: %s", e)
+            return {"chat_template": None, "special_tokens_map": {}}
+        template = getattr(tok, "chat_template", None)
+        return {"chat_template": template if isinstance(template, str) else None,
+                "special_tokens_map": dict(getattr(tok, "special_tokens_map", {}) or {})}
+
     def token_text(self, tid: int) -> str:
         text = self._token_texts.get(tid)
         if text is None:

@@ -1,0 +1,34 @@
+"""frontend_lang: an SGLang-style frontend language for radixserve.
+
+    from frontend_lang import function, gen, select, system, user, assistant, RuntimeEndpoint, set_default_backend
+
+    @function
+    def qa(s, question):
+        s += system("You are terse.")
+        s += user(question)
+        s += assistant(gen("answer", max_tokens=64, stop="\\n"))
+
+    set_default_backend(RuntimeEndpoint("http://127.0.0.1:30000"))
+    state = qa.run(question="What is 2+2?", temperature=0)
+    print(state["answer"], state.get_meta_info("answer")["cached_tokens"])
+
+Backends: ``RuntimeEndpoint(url, api_key=None)`` (HTTP) and ``Runtime(model_path, **engine_options)``
+/ ``EngineBackend(engine)`` (in-process ``radixserve.Engine``); the same program runs on either.
+"""
+from frontend_lang.api import (assistant, assistant_begin, assistant_end, gen, get_default_backend, select,
+                               set_default_backend, system, system_begin, system_end, user, user_begin, user_end)
+from frontend_lang.backend import Backend, EngineBackend, Runtime, RuntimeEndpoint
+from frontend_lang.chat_template import ChatTemplate
+from frontend_lang.choice_scoring import (greedy_token_selection, token_length_normalized,
+                                          unconditional_likelihood_normalized)
+from frontend_lang.errors import BackendError, FrontendError, ProgramError
+from frontend_lang.program import SglFunction, function
+from frontend_lang.state import ProgramState, ProgramStateGroup
+
+__all__ = [
+    "assistant", "assistant_begin", "assistant_end", "gen", "get_default_backend", "select", "set_default_backend",
+    "system", "system_begin", "system_end", "user", "user_begin", "user_end",
+    "Backend", "EngineBackend", "Runtime", "RuntimeEndpoint", "ChatTemplate",
+    "greedy_token_selection", "token_length_normalized", "unconditional_likelihood_normalized",
+    "BackendError", "FrontendError", "ProgramError", "SglFunction", "function", "ProgramState", "ProgramStateGroup",
+]

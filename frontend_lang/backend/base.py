@@ -1,0 +1,54 @@
+"""The interface every backend implements; programs only talk to a backend through it.
+
+All methods are thread-safe and may run concurrently (fork branches and run_batch programs
+call them from their own executor threads).  Every failure raises ``BackendError`` with the
+server's message; no call blocks forever (HTTP calls have timeouts, the in-process driver
+always settles its requests).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Optional
+
+from frontend_lang.chat_template import ChatTemplate
+
+TokenLogprob = tuple[Optional[float], int]  # (logprob or None for position 0, token id)
+
+
+class Backend(ABC):
+    @abstractmethod
+    def generate(self, text: str, sampling_params: dict[str, Any], options: dict[str, Any],
+                 on_text: Optional[Callable[[str], None]] = None) -> tuple[str, dict[str, Any]]:
+        """Generate a continuation of ``text``; returns (output text, meta_info) as /generate
+        does.  ``options`` holds request-level fields (return_logprob, logprob_start_len,
+        top_logprobs_num, return_text_in_logprobs).  With ``on_text`` the call streams and
+        calls it with the cumulative output text as it grows."""
+
+    @abstractmethod
+    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None) -> None:
+        """Prefill ``text`` (or ``input_ids``) with max_new_tokens 0 so later requests that start
+        with it hit the prefix cache (a prefix hint)."""
+
+    @abstractmethod
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, exactly as a /generate ``text`` prompt is tokenized."""
+
+    @abstractmethod
+    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int) -> list[list[TokenLogprob]]:
+        """For each prompt, (logprob, token id) of every position from ``logprob_start_len`` on
+        (logprob None at position 0), from one batched prefill that generates nothing."""
+
+    @abstractmethod
+    def chat_template(self) -> ChatTemplate:
+        """The model's chat template (fetched once, then cached)."""
+
+    def shutdown(self) -> None:
+        """Release connections / threads; the backend is unusable afterwards."""
+
+
+def finish_error(meta: dict[str, Any]) -> Optional[str]:
+    """The message of an aborted request's finish_reason, None when it finished normally."""
+    reason = meta.get("finish_reason") or {}
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        return str(reason.get("message") or "request aborted")
+    return None

@@ -1,0 +1,106 @@
+"""In-process backends over ``radixserve.Engine`` (no server, no HTTP).
+
+    backend = Runtime("path/or/hf-id", dtype="float32")        # builds an Engine
+    backend = EngineBackend(existing_engine)                    # wraps one you built
+
+Requests go through an ``EngineDriver`` (one thread owns the scheduler), so fork branches
+and run_batch programs run concurrently as on a server.  Results, meta_info and error
+messages have the shape of the server's /generate; invalid parameters raise
+``BackendError(message, 400)`` with the same message the server would send.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+from frontend_lang.backend.base import Backend, TokenLogprob, finish_error
+from frontend_lang.backend.engine_driver import EngineDriver
+from frontend_lang.chat_template import ChatTemplate
+from frontend_lang.errors import BackendError
+
+
+class EngineBackend(Backend):
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.driver = EngineDriver(engine)
+        self._lock = threading.Lock()
+        self._template: Optional[ChatTemplate] = None
+
+    def _run(self, prompt: Any, sampling_params: Any, input_ids: Any = None, return_logprob: bool = False,
+             logprob_start_len: int = -1, top_logprobs_num: int = 0,
+             on_text: Optional[Callable[[int, str], None]] = None) -> list[dict[str, Any]]:
+        try:
+            reqs, _ = self.engine._make_reqs(prompt, sampling_params, input_ids, return_logprob,
+                                             logprob_start_len, top_logprobs_num)
+        except (ValueError, TypeError) as e:
+            raise BackendError(str(e), 400) from None
+        try:
+            outs = self.driver.submit(reqs, on_text).result()
+        except (ValueError, OverflowError) as e:
+            raise BackendError(str(e), 400 if isinstance(e, ValueError) else 503) from None
+        except Exception as e:
+            raise BackendError(f"engine error: {type(e).__name__}: {e}", 500) from e
+        for o in outs:
+            aborted = finish_error(o["meta_info"])
+            if aborted is not None:
+                raise BackendError(aborted)
+        return outs
+
+    def generate(self, text: str, sampling_params: dict[str, Any], options: dict[str, Any],
+                 on_text: Optional[Callable[[str], None]] = None) -> tuple[str, dict[str, Any]]:
+        opts = dict(options)
+        with_text = opts.pop("return_text_in_logprobs", False)
+        callback = None if on_text is None else (lambda _i, t: on_text(t))
+        out = self._run(text, dict(sampling_params), return_logprob=bool(opts.get("return_logprob", False)),
+                        logprob_start_len=opts.get("logprob_start_len", -1),
+                        top_logprobs_num=opts.get("top_logprobs_num", 0), on_text=callback)[0]
+        meta = out["meta_info"]
+        if with_text and "input_token_logprobs" in meta:
+            self._add_token_text(meta)
+        return out["text"], meta
+
+    def _add_token_text(self, meta: dict[str, Any]) -> None:
+        def fill(entries: list) -> list:
+            return [None if e is None else (e[0], e[1], self.engine.tokenizer.decode([e[1]])) for e in entries]
+
+        for key in ("input_token_logprobs", "output_token_logprobs"):
+            meta[key] = fill(meta[key])
+
+    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None) -> None:
+        self._run(text, {"max_new_tokens": 0}, input_ids=input_ids)
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        return [list(self.engine.tokenizer.encode(t)) for t in texts]
+
+    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int) -> list[list[TokenLogprob]]:
+        outs = self._run(None, {"max_new_tokens": 0}, input_ids=[list(i) for i in input_ids], return_logprob=True,
+                         logprob_start_len=logprob_start_len)
+        result = []
+        for ids, o in zip(input_ids, outs):
+            start = max(logprob_start_len, 0)
+            entries = o["meta_info"]["input_token_logprobs"]
+            result.append([(None, ids[start + i]) if e is None else (e[0], e[1]) for i, e in enumerate(entries)])
+        return result
+
+    def chat_template(self) -> ChatTemplate:
+        with self._lock:
+            if self._template is None:
+                from radixserve.detokenizer.fast_tokenizer import load_hf_tokenizer
+
+                cfg = self.engine.config.model
+                tok = load_hf_tokenizer(cfg.tokenizer_path or self.engine.model_path)
+                self._template = ChatTemplate(getattr(tok, "chat_template", None), dict(tok.special_tokens_map))
+            return self._template
+
+    def shutdown(self) -> None:
+        self.driver.close()
+
+
+class Runtime(EngineBackend):
+    """An ``EngineBackend`` that builds its own Engine: ``Runtime(model_path, **engine_options)``
+    takes the arguments of ``radixserve.Engine`` (dtype, max_total_tokens, ...)."""
+
+    def __init__(self, model_path: Optional[str] = None, **engine_options: Any) -> None:
+        from radixserve.engine import Engine
+
+        super().__init__(Engine(model_path, **engine_options))

@@ -1,0 +1,95 @@
+"""The program's expressions: what ``s += ...`` accepts.
+
+Strings, ``gen``/``select`` calls and role markers are ``Expr`` objects; ``+`` between them
+(or with a str) builds an ``ExprList``.  The executor flattens an expression into its leaf
+ops (``flatten``) and runs them in order.  The user-facing constructors (``gen``, ``select``,
+``system``, ...) live in ``frontend_lang/api.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from frontend_lang.sampling import SamplingOverrides
+
+
+class Expr:
+    """Base class of all expressions; supports ``a + b`` concatenation."""
+
+    def __add__(self, other: Any) -> "ExprList":
+        return ExprList([self, to_expr(other)])
+
+    def __radd__(self, other: Any) -> "ExprList":
+        return ExprList([to_expr(other), self])
+
+
+@dataclass
+class Text(Expr):
+    text: str
+
+
+@dataclass
+class Gen(Expr):
+    """Generate text from the state's current text; stored under ``name`` (if given)."""
+
+    name: Optional[str]
+    sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
+
+
+@dataclass
+class Select(Expr):
+    """Append the most likely of ``choices`` (scored by ``method``, see choice_scoring.py)."""
+
+    name: Optional[str]
+    choices: list[str]
+    method: Any = None  # a ChoicesSamplingMethod; None means token_length_normalized
+
+
+@dataclass
+class RoleBegin(Expr):
+    role: str
+
+
+@dataclass
+class RoleEnd(Expr):
+    role: str
+
+
+@dataclass
+class CommitPrefix(Expr):
+    """Send the current text to the backend once (max_new_tokens 0) so it is cached."""
+
+
+@dataclass
+class ExprList(Expr):
+    items: list[Expr]
+
+    def __add__(self, other: Any) -> "ExprList":
+        return ExprList([*self.items, to_expr(other)])
+
+
+ExprLike = Union[Expr, str, list, tuple]
+
+
+def to_expr(x: Any) -> Expr:
+    """An Expr from an Expr, a str, or a list/tuple of those; TypeError otherwise."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, str):
+        return Text(x)
+    if isinstance(x, (list, tuple)):
+        return ExprList([to_expr(i) for i in x])
+    raise TypeError(f"cannot add a {type(x).__name__} to a program state; use a str, gen(), select() or a role")
+
+
+def flatten(x: ExprLike) -> list[Expr]:
+    """The leaf ops of an expression in execution order (roles become begin/end pairs)."""
+    e = to_expr(x)
+    if isinstance(e, ExprList):
+        return [leaf for item in e.items for leaf in flatten(item)]
+    return [e]
+
+
+def produces(op: Expr) -> Optional[str]:
+    """The variable an op sets, if any."""
+    return op.name if isinstance(op, (Gen, Select)) else None

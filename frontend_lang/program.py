@@ -1,0 +1,102 @@
+"""``@function`` programs: ``run``, ``run_batch`` and ``bind``.
+
+    @function
+    def qa(s, question):
+        s += user(question)
+        s += assistant(gen("answer", max_tokens=64))
+
+    state = qa.run(question="Why?", temperature=0, backend=RuntimeEndpoint(url))
+    state["answer"]
+
+Keyword arguments of ``run``/``run_batch`` named like a sampling field (max_new_tokens,
+temperature, top_p, top_k, min_p, stop, ..., see sampling.py) are defaults for every gen of
+the program, unless the function itself has a parameter of that name.  Errors raised by
+the program's own code propagate out of ``run``; a failed gen/select does not: ``run``
+returns the state, ``state.error()`` is set and reading the variable raises.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Optional, Union
+
+from frontend_lang.api import get_default_backend
+from frontend_lang.backend.base import Backend
+from frontend_lang.errors import ProgramError
+from frontend_lang.executor import StreamExecutor
+from frontend_lang.sampling import SAMPLING_FIELDS, SamplingOverrides
+from frontend_lang.state import ProgramState
+
+
+def resolve_backend(backend: Optional[Backend]) -> Backend:
+    backend = backend or get_default_backend()
+    if backend is None:
+        raise ProgramError("no backend: pass backend=... or call set_default_backend() first")
+    return backend
+
+
+def run_program(func: Callable[..., Any], backend: Backend, args: tuple, kwargs: dict[str, Any],
+                defaults: SamplingOverrides, stream: bool = False) -> ProgramState:
+    """Run the body on a fresh state; wait for all its ops unless ``stream``."""
+    ex = StreamExecutor(backend, defaults, stream)
+    state = ProgramState(ex)
+    try:
+        state.ret_value = func(state, *args, **kwargs)
+    finally:
+        ex.end()
+    if not stream:
+        ex.sync()
+    return state
+
+
+class SglFunction:
+    def __init__(self, func: Callable[..., Any], bound: Optional[dict[str, Any]] = None) -> None:
+        self.func = func
+        self.bound = dict(bound or {})
+        params = list(inspect.signature(func).parameters.values())
+        if not params:
+            raise ProgramError(f"{func.__name__}: a program's first argument is the state (s)")
+        self.arg_names = [p.name for p in params[1:]]
+        functools.update_wrapper(self, func)
+
+    def split_kwargs(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], SamplingOverrides]:
+        """(arguments of the function, sampling defaults) from run()'s keyword arguments."""
+        args, sampling = {}, {}
+        for k, v in kwargs.items():
+            (sampling if k in SAMPLING_FIELDS and k not in self.arg_names else args)[k] = v
+        return {**self.bound, **args}, SamplingOverrides.of(**sampling)
+
+    def bind(self, **kwargs: Any) -> "SglFunction":
+        """A copy of this program with some arguments fixed."""
+        return SglFunction(self.func, {**self.bound, **kwargs})
+
+    def run(self, *args: Any, stream: bool = False, backend: Optional[Backend] = None,
+            **kwargs: Any) -> ProgramState:
+        """Run once; returns the state (after every op ran, or at once with ``stream=True``:
+        then read it with ``state.text_iter(...)``)."""
+        fn_kwargs, defaults = self.split_kwargs(kwargs)
+        return run_program(self.func, resolve_backend(backend), args, fn_kwargs, defaults, stream)
+
+    def run_batch(self, batch_kwargs: list[dict[str, Any]], *, num_threads: Union[str, int] = "auto",
+                  progress_bar: bool = False, backend: Optional[Backend] = None, precache: bool = True,
+                  **sampling: Any) -> list[ProgramState]:
+        """Run the program once per dict of arguments, concurrently (see batch.py)."""
+        from frontend_lang.batch import run_batch
+
+        return run_batch(self, batch_kwargs, num_threads=num_threads, progress_bar=progress_bar,
+                         backend=resolve_backend(backend), precache=precache, sampling=sampling)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Inside another program, ``other(s, ...)`` runs this body on state ``s``; otherwise
+        the same as ``run(...)``."""
+        if args and isinstance(args[0], ProgramState):
+            return self.func(args[0], *args[1:], **{**self.bound, **kwargs})
+        return self.run(*args, **kwargs)
+
+
+def function(func: Optional[Callable[..., Any]] = None, **_options: Any) -> Any:
+    """Decorator turning ``def prog(s, ...)`` into an ``SglFunction``; ``@function`` or
+    ``@function()`` (SGLang's options such as num_api_spec_tokens are accepted and ignored)."""
+    if func is None:
+        return lambda f: SglFunction(f)
+    return SglFunction(func)

@@ -1,0 +1,66 @@
+"""Shared fixtures and programs of the tests/test_frontend_*.py modules: the session's tiny
+server behind a RuntimeEndpoint, an in-process tiny Engine behind an EngineBackend, and
+``backend``, which runs a test once on each."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_engine
+from frontend_lang import EngineBackend, RuntimeEndpoint, assistant, function, gen, select, system, user
+from server_harness import API_KEY, shared_server
+
+SYS = ("You are a careful assistant. Answer every question in one short sentence, cite no sources, "
+       "and never apologise. Prefer plain words over jargon.")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir):
+    return shared_server(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def http_backend(server):
+    be = RuntimeEndpoint(server.url, api_key=API_KEY)
+    yield be
+    be.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine_backend(tiny_dir):
+    be = EngineBackend(make_engine(tiny_dir))
+    yield be
+    be.shutdown()
+
+
+@pytest.fixture(params=["http", "engine"])
+def backend(request):
+    return request.getfixturevalue(f"{request.param}_backend")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@function
+def chat(s, question, with_system=True):
+    if with_system:
+        s += system(SYS)
+    s += user(question)
+    with s.assistant():
+        before = s.text()  # the prompt the gen sees
+        s += gen("answer", max_tokens=6, temperature=0)
+    with s.user():
+        s += "Now pick "
+        s += "a colour."
+    s += assistant(select("colour", ["red", "green", "dark blue"]))
+    return before
+
+
+@function
+def story(s):
+    s += user("Tell me a story.")
+    s += assistant(gen("story", max_tokens=24, temperature=0, ignore_eos=True))
+    s += "After." + gen("after", max_tokens=4, temperature=0)
