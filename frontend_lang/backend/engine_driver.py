@@ -57,6 +57,13 @@ class EngineDriver:
     def abort(self, rid: str) -> None:
         self._inbox.put(("abort", rid))
 
+    def call(self, fn: Callable[[Any], Any]) -> Future:
+        """Future of ``fn(engine)``, run on the driver thread between steps (for checks that
+        must not race the scheduler, such as ``check_invariants``)."""
+        fut: Future = Future()
+        self._inbox.put(("call", fn, fut))
+        return fut
+
     def close(self) -> None:
         self._closed = True
         self._inbox.put(None)
@@ -65,6 +72,12 @@ class EngineDriver:
     # ------------------------------------------------------------------ driver thread
     def _accept(self, item: Any) -> None:
         sched = self.engine.scheduler
+        if isinstance(item, tuple) and item[0] == "call":
+            try:
+                item[2].set_result(item[1](self.engine))
+            except Exception as e:
+                item[2].set_exception(e)
+            return
         if isinstance(item, tuple):
             sched.abort(item[1], "aborted by client")
             return
