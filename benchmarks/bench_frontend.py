@@ -20,7 +20,6 @@ rate (cached / prompt tokens, from the server's Prometheus counters), then the s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -33,6 +32,7 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_serving import iter_json_array, sharegpt_path  # noqa: E402
+from report import write_json  # noqa: E402
 
 from frontend_lang import RuntimeEndpoint, assistant, function, gen, select, system, user  # noqa: E402
 
@@ -200,10 +200,7 @@ def main() -> None:
         print(f"{wl:18s} speedup with the cache: {sp:.2f}x")
     print(f"select accuracy {report['cache_on']['few_shot_select']['accuracy']:.2f} (chance 0.25); "
           f"decisions identical with the cache on and off for {agree}/{len(items)} questions")
-    if args.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2)
+    write_json(args.json_out, report)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from constrained_cases import REGEXES, SCHEMAS  # noqa: E402
+from report import write_json  # noqa: E402
 
 from radixserve import Engine  # noqa: E402
 
@@ -230,10 +231,7 @@ def main() -> None:
               f"on {r['on']['wall_s']:.2f} s ({r['on']['out_tok_per_s']:.1f} tok/s, {r['on']['valid']} valid, "
               f"{r['on']['jumped_tokens']} tokens jumped): {r['speedup']:.2f}x", flush=True)
         print(f"   sample: {r['on']['sample']}")
-    if args.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2)
+    write_json(args.json_out, report)
 
 
 if __name__ == "__main__":

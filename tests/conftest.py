@@ -70,3 +70,13 @@ def hf_prompt_logprobs(hf_model, ids: list[int]) -> list[float]:
         logits = hf_model(torch.tensor([ids])).logits[0].float()
     lp = torch.log_softmax(logits, -1)
     return [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
+
+
+@pytest.fixture(scope="session")
+def smol_server(smol_dir):
+    """One SmolLM2 server (fp32, 4096 KV slots) for the session's slow HTTP tests."""
+    from server_harness import ServerHandle
+
+    srv = ServerHandle(smol_dir, "--max-total-tokens", "4096").wait_ready()
+    yield srv
+    srv.stop()

@@ -26,9 +26,9 @@ def set_jump_forward(eng, on: bool) -> None:
     eng.scheduler.cfg = dataclasses.replace(eng.scheduler.cfg, enable_jump_forward=on)
 
 
-def run_all(eng, prompts, params, check_every_step=False):
-    """Add, then step to completion; returns the requests."""
-    reqs, _ = eng._make_reqs(prompts, params, None, False, -1, 0)
+def run_all(eng, prompts, params, check_every_step=False, input_ids=None):
+    """Add (text ``prompts`` or ``input_ids``), then step to completion; returns the requests."""
+    reqs, _ = eng._make_reqs(prompts, params, input_ids, False, -1, 0)
     for r in reqs:
         eng.scheduler.add_request(r)
     steps = 0
@@ -226,15 +226,7 @@ def test_budget_with_grammars_and_jump_forward(tiny_dir):
     solo = make_engine(tiny_dir, max_total_tokens=8192)
     ref = [solo.generate(input_ids=p, sampling_params=sp)["output_ids"] for p, sp in zip(prompts, params)]
     eng = make_engine(tiny_dir, max_total_tokens=400, chunked_prefill_size=32, new_token_ratio=0.05)
-    reqs, _ = eng._make_reqs(None, params, prompts, False, -1, 0)
-    for r in reqs:
-        eng.scheduler.add_request(r)
-    steps = 0
-    while eng.scheduler.has_work():
-        eng.scheduler.step()
-        eng.check_invariants()
-        steps += 1
-        assert steps < 20000
+    reqs = run_all(eng, None, params, check_every_step=True, input_ids=prompts)
     assert [r.output_ids for r in reqs] == ref
     assert eng.scheduler.num_retractions > 0 and eng.stats()["grammar_jumps"] > 0
     kv = eng.scheduler.kv

@@ -7,16 +7,8 @@ import re
 import pytest
 
 from frontend_lang import Runtime, RuntimeEndpoint, assistant, function, gen, select, system, user
-from server_harness import ServerHandle
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def smol_server(smol_dir):
-    srv = ServerHandle(smol_dir, "--max-total-tokens", "4096").wait_ready()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(scope="module")

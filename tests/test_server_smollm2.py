@@ -6,16 +6,8 @@ import pytest
 import torch
 
 from conftest import hf_greedy
-from server_harness import ServerHandle
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def smol_server(smol_dir):
-    srv = ServerHandle(smol_dir, "--max-total-tokens", "4096").wait_ready()
-    yield srv
-    srv.stop()
 
 
 def test_generate_and_chat_match_hf(smol_server, smol_dir):

@@ -19,13 +19,14 @@ import os
 import pickle
 import queue
 import select
-import struct
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import Future
 from typing import Any, Optional
+
+from radixserve.constrained.compile_worker import read_frame, write_frame
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +42,6 @@ class CompileTimeout(CompileError):
     pass
 
 
-def _write(stream, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
-
-
 def _read(stream, deadline: Optional[float]) -> Any:
     """One frame, or TimeoutError when nothing arrives before ``deadline``; EOFError if the
     child died."""
@@ -54,14 +49,10 @@ def _read(stream, deadline: Optional[float]) -> Any:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([stream], [], [], left)[0]:
             raise TimeoutError
-    head = stream.read(8)
-    if len(head) < 8:
+    msg = read_frame(stream)
+    if msg is None:
         raise EOFError
-    (n,) = struct.unpack("<Q", head)
-    data = stream.read(n)
-    if len(data) < n:
-        raise EOFError
-    return pickle.loads(data)
+    return msg
 
 
 class _Slot:
@@ -77,7 +68,7 @@ class _Slot:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen([sys.executable, WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env=env, close_fds=True)
-        _write(self.proc.stdin, (self.pool.vocabulary, self.pool.memory_mb))
+        write_frame(self.proc.stdin, (self.pool.vocabulary, self.pool.memory_mb))
         msg = _read(self.proc.stdout, time.monotonic() + START_TIMEOUT)
         if msg != ("ready",):
             raise EOFError
@@ -110,7 +101,7 @@ class _Slot:
                     self.kill()
                     self.start()
                 t0 = time.monotonic()
-                _write(self.proc.stdin, (job_id, regex))
+                write_frame(self.proc.stdin, (job_id, regex))
                 reply = _read(self.proc.stdout, t0 + self.pool.timeout)
                 _, status, payload = reply
                 self.pool.compile_seconds.append(time.monotonic() - t0)
