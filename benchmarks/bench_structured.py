@@ -16,9 +16,9 @@ Four measurements (default model SmolLM2-135M-Instruct, fp32 on the CPU):
    (``json_whitespace_pattern=""``: every separator is forced), and for outlines-core's
    ``[ ]?`` between JSON tokens, where little between two values is forced.
 4. **Unconstrained overhead**: ``--requests`` unconstrained prompts, 32 greedy tokens each
-   (``ignore_eos``), on an engine that never saw a grammar vs the same engine after the
-   grammar machinery is loaded (backend, compile process, caches); alternated
-   ``--repeats`` times, median wall time of each.
+   (``ignore_eos``), with the scheduler's grammar manager swapped between one that never
+   loaded anything and the loaded one (backend, compile process, caches); after two
+   warm-up runs, alternated ``--repeats`` times, median wall time of each.
 
     .venv/bin/python benchmarks/bench_structured.py --json-out benchmarks/results/structured.json
 """
@@ -179,7 +179,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=6)
     p.add_argument("--json-out", default=None)
     args = p.parse_args()
     report: dict = {}
@@ -191,7 +191,8 @@ def main() -> None:
 
     sched = eng.scheduler
     fresh = GrammarManager(sched.cfg, sched.stops.tokenizer, sched.vocab_size, sched.stops.eos_ids)
-    base, loaded = [run_unconstrained(eng, args.requests)], []  # nothing loaded yet
+    run_unconstrained(eng, args.requests)  # a second warm-up at full size, not counted
+    base, loaded = [], []
     # load the grammar machinery: backend, compile process, a compiled grammar and its masks
     eng.generate("Extract:", {"json_schema": SCHEMA, "max_new_tokens": 8, "temperature": 0})
     eng.flush_cache()
