@@ -22,6 +22,8 @@ import concurrent.futures
 import logging
 from typing import Any, Optional
 
+from radixserve.constrained.fsm_state import GrammarState
+from radixserve.constrained.jump_forward import plan_jump
 from radixserve.constrained.spec import constraint_of
 from radixserve.scheduler.req import FinishReason
 
@@ -54,14 +56,12 @@ class GrammarManager:
 
     # ------------------------------------------------------------------ compile
     def add(self, req: Any) -> None:
-        c = constraint_of(req.sampling, getattr(self.cfg, "json_whitespace_pattern", None))
+        c = constraint_of(req.sampling, self.cfg.json_whitespace_pattern)
         req.extra["constraint"] = c
         self.get_backend().request(c)
         self.waiting.append(req)
 
     def ready(self) -> tuple[list[Any], list[Any]]:
-        from radixserve.constrained.fsm_state import GrammarState
-
         done, failed, still = [], [], []
         for req in self.waiting:
             c = req.extra["constraint"]
@@ -137,8 +137,6 @@ class GrammarManager:
     def after_stop(self, req: Any, jump_forward: bool) -> bool:
         if self._end_if_complete(req, jump_forward) or not jump_forward:
             return False
-        from radixserve.constrained.jump_forward import plan_jump
-
         gs = req.grammar
         plan = plan_jump(req, gs, self.backend.vocab)
         if plan is None:
