@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import zmq
 
@@ -52,11 +52,8 @@ def send_obj(sock: zmq.Socket, obj: Any) -> None:
     sock.send(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), copy=False)
 
 
-def recv_obj(sock: zmq.Socket, timeout_ms: Optional[int] = None) -> Any:
-    """Block (up to ``timeout_ms`` when given; None means forever) for one message;
-    returns None on timeout."""
-    if timeout_ms is not None and not sock.poll(timeout_ms, zmq.POLLIN):
-        return None
+def recv_obj(sock: zmq.Socket) -> Any:
+    """Block for one message."""
     return pickle.loads(sock.recv())
 
 

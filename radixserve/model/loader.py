@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import json
 import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -84,14 +82,6 @@ def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
     return target
 
 
-@dataclass
-class LoadedModel:
-    hf_dir: str
-    config: Any
-    tokenizer: Any
-    model: torch.nn.Module
-
-
 def load_config(hf_dir: str) -> Any:
     from transformers import AutoConfig
 
@@ -140,12 +130,3 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
     model.load_weights(weights)
     model.rotary.cos, model.rotary.sin = model.rotary.cos.float(), model.rotary.sin.float()
     return model.eval()
-
-
-def write_hf_dir(model_hf: torch.nn.Module, tokenizer: Any, path: str) -> None:
-    """Save a transformers model and tokenizer (used by tests to make tiny checkpoints)."""
-    model_hf.save_pretrained(path)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
-    with open(os.path.join(path, "radixserve.json"), "w") as f:
-        json.dump({"source": "test"}, f)
