@@ -15,7 +15,8 @@ from radixserve.sampling_params import SamplingParams
 class Req:
     """One request as the scheduler thread sees it (only that thread reads or writes it).
 
-    KV bookkeeping (written by ``KVManager`` only): ``row`` is the request's row of slots;
+    KV bookkeeping (``row``, ``cached_len`` and ``last_node`` are written by ``KVManager`` only;
+    the scheduler advances ``kv_len`` after each step): ``row`` is the request's row of slots;
     ``row[:kv_len]`` hold computed KV; ``row[:cached_len]`` are owned by the prefix cache and
     locked through ``last_node``; ``row[cached_len:kv_len]`` are held by this request alone.
 

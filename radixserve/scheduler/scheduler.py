@@ -1,9 +1,13 @@
-"""Continuous batching over the radix cache.
+"""Continuous batching over the prefix cache.
 
 Each ``step()`` runs one model step: an extend (prefill) batch when waiting requests can
 be admitted, otherwise one decode step for every running request.  Admission reserves
 memory for the decode tokens requests will still need; when decode runs out anyway,
 requests are retracted (their computed KV stays cached) and re-queued.
+
+Single-threaded: every method runs on the thread that drives ``step()``.  Memory moves
+only through ``KVManager`` (never its table, allocator or cache); grammar decisions come
+from ``GrammarManager`` and are applied in ``grammar_steps.py``.
 """
 from __future__ import annotations
 
