@@ -7,6 +7,8 @@ every step.  The randomized simulation of the same interface is in test_radix_ca
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -203,4 +205,16 @@ def test_no_prefix_manager_never_caches():
     for r in (a, b):
         kv.release(r)
     assert kv.free_slots() == kv.capacity
+    kv.check_invariants()
+
+
+@CACHES
+def test_internals_stay_behind_the_interface(disable):
+    """The scheduler reaches the table, the allocator and the cache only through KVManager."""
+    kv = make(disable=disable)
+    for name in ("allocator", "cache", "req_to_token", "alloc_slots", "extend_row", "free_request_tail"):
+        assert not hasattr(kv, name), name
+    scheduler_src = (Path(__file__).parent.parent / "radixserve/scheduler/scheduler.py").read_text()
+    for private in ("kv._allocator", "kv._cache", "kv._rows", ".table["):
+        assert private not in scheduler_src, private
     kv.check_invariants()
