@@ -1,6 +1,10 @@
 """Attention with the Triton kernels of ``radixserve.kernels`` (CUDA; CPU under
 ``TRITON_INTERPRET=1``, which is how the tests run it).
 
+The kernels live in the repository's top-level ``kernels/`` folder, installed as
+``radixserve.kernels`` by ``[tool.setuptools.package-dir]`` in pyproject.toml (never
+importable as a bare ``kernels``).
+
 Per step, ``init_forward_metadata`` computes what every layer shares: the longest extend
 length (grid size) in EXTEND mode; in DECODE mode the number of KV splits of each request
 and the split-KV scratch buffers (allocated on the first layer, when the number of query
