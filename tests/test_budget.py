@@ -32,5 +32,6 @@ def test_budget_retraction_no_leaks(tiny_dir):
     assert all(r.finish_reason["type"] == "length" for r in reqs)
     assert eng.scheduler.num_retractions > 0, "the budget never forced a retraction"
     kv = eng.scheduler.kv
-    assert kv.cache.protected_size == 0
-    assert kv.allocator.available_size() + kv.cache.evictable_size == kv.capacity
+    s = kv.stats()
+    assert s["protected_size"] == 0
+    assert s["free_slots"] + s["evictable_size"] == kv.capacity

@@ -229,8 +229,8 @@ def test_budget_with_grammars_and_jump_forward(tiny_dir):
     reqs = run_all(eng, None, params, check_every_step=True, input_ids=prompts)
     assert [r.output_ids for r in reqs] == ref
     assert eng.scheduler.num_retractions > 0 and eng.stats()["grammar_jumps"] > 0
-    kv = eng.scheduler.kv
-    assert kv.cache.protected_size == 0 and kv.allocator.available_size() + kv.cache.evictable_size == kv.capacity
+    s = eng.scheduler.kv.stats()
+    assert s["protected_size"] == 0 and s["free_slots"] + s["evictable_size"] == eng.scheduler.kv.capacity
 
 
 # ---------------------------------------------------------------------- SmolLM2

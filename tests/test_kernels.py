@@ -27,7 +27,8 @@ import torch  # noqa: E402
 for _name in [m for m in sys.modules if m == "radixserve.kernels" or m.startswith("radixserve.kernels.")]:
     del sys.modules[_name]
 
-from radixserve.attention.base import ForwardBatch, ForwardMode, create_attention_backend  # noqa: E402
+from radixserve.attention.base import ForwardBatch, ForwardMode  # noqa: E402
+from radixserve.attention.registry import create_attention_backend  # noqa: E402
 from radixserve.attention.torch_native import TorchNativeBackend  # noqa: E402
 from radixserve.attention.triton_backend import TritonBackend  # noqa: E402
 from radixserve.kernels import decode_attention_fwd, extend_attention_fwd, store_kv  # noqa: E402

@@ -1,8 +1,8 @@
 """RadixCache semantics (unit tests) and randomized simulation of KVManager.
 
-The simulation (``KVSim``) drives a real SlotAllocator + RadixCache + ReqToTokenPool
-through KVManager the way the scheduler does (match_prefix -> inc_lock_ref -> alloc_slots
--> admit; compute; cache_unfinished; release on finish or retraction; evict; flush) with
+The simulation (``KVSim``) drives a real SlotAllocator + RadixCache (or NoPrefixCache) +
+ReqToTokenPool through KVManager the way the scheduler does (match_and_lock -> admit;
+alloc_extend; compute; cache_unfinished; release on finish or retraction; evict; flush) with
 token sequences over a 3-letter alphabet that reuse each other's prefixes, and after every
 step checks ``check_memory_invariants`` plus that each running request's view of its
 cached prefix agrees with the tree.  It runs both as a hypothesis RuleBasedStateMachine
@@ -19,8 +19,13 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from radixserve.mem_cache.allocator import SlotAllocator
 from radixserve.mem_cache.invariants import check_memory_invariants
-from radixserve.mem_cache.radix_cache import RadixCache, TreeNode
+from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
+from radixserve.mem_cache.prefix_cache import PrefixCache
+from radixserve.mem_cache.radix_cache import RadixCache
+from radixserve.mem_cache.req_to_token import ReqToTokenPool
+from radixserve.mem_cache.tree_node import TreeNode
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.req import Req
@@ -43,12 +48,21 @@ class Recorder:
         return [s for b in self.batches for s in b]
 
 
-def make_cache(disable: bool = False) -> tuple[RadixCache, Recorder]:
+def make_cache(disable: bool = False) -> tuple[PrefixCache, Recorder]:
     rec = Recorder()
-    return RadixCache(rec, disable=disable), rec
+    return (NoPrefixCache if disable else RadixCache)(rec), rec
 
 
-def path_of(cache: RadixCache, node: TreeNode) -> tuple[list[int], list[int]]:
+def make_kv(num_slots: int, max_rows: int, max_ctx: int,
+            disable: bool = False) -> tuple[KVManager, SlotAllocator, PrefixCache, ReqToTokenPool]:
+    """A KVManager over parts the test keeps, to look behind the interface."""
+    allocator = SlotAllocator(num_slots)
+    cache = (NoPrefixCache if disable else RadixCache)(allocator.free)
+    rows = ReqToTokenPool(max_rows, max_ctx)
+    return KVManager.from_parts(allocator, cache, rows), allocator, cache, rows
+
+
+def path_of(cache: PrefixCache, node: TreeNode) -> tuple[list[int], list[int]]:
     """(tokens, slots) spelled from the root down to ``node``, without touching the tree."""
     parts = []
     while node is not cache.root:
@@ -312,40 +326,39 @@ def test_disable_makes_cache_inert():
 def test_cache_unfinished_replaces_duplicates_with_tree_slots():
     """Two requests computing the same prompt concurrently: the second one to cache gets its
     row rewritten to the tree's slots and its duplicate slots freed."""
-    kv = KVManager(16, 4, 32, disable_radix_cache=False)
+    kv, allocator, cache, _ = make_kv(16, 4, 32)
     a = Req("a", [1, 2, 3, 4], SamplingParams())
     b = Req("b", [1, 2, 3, 4, 5], SamplingParams())
     for r in (a, b):
-        prefix, node = kv.cache.match_prefix(r.fill_ids[: r.prefix_match_limit()])
-        assert prefix.numel() == 0
-        kv.cache.inc_lock_ref(node)
-        kv.admit(r, prefix, node, kv.alloc_slots(r.fill_len))
+        match = kv.match_and_lock(r)
+        assert match.slots.numel() == 0
+        assert kv.admit(r, match, r.fill_len)
         r.kv_len = r.fill_len
     a_row = kv.row(a)[:4].tolist()
     b_row = kv.row(b)[:5].tolist()
     assert kv.cache_unfinished(a) is False  # first to cache: nothing to rewrite
     assert a.cached_len == 4 and a.last_node.lock_ref == 1
-    free_before = set(kv.allocator.free_slots().tolist())
+    free_before = set(allocator.free_slots().tolist())
     assert kv.cache_unfinished(b) is True
     assert kv.row(b)[:5].tolist() == a_row + b_row[4:]
-    assert set(kv.allocator.free_slots().tolist()) - free_before == set(b_row[:4])
+    assert set(allocator.free_slots().tolist()) - free_before == set(b_row[:4])
     assert b.cached_len == 5 and b.last_node.key == [5] and b.last_node.parent is a.last_node
     assert a.last_node.lock_ref == 2
-    check_memory_invariants(kv.allocator, kv.cache, [(kv.row(r)[r.cached_len: r.kv_len].long(), r.last_node)
-                                                     for r in (a, b)])
+    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len: r.kv_len].long(), r.last_node)
+                                               for r in (a, b)])
     kv.release(a)
     kv.release(b)
-    check_memory_invariants(kv.allocator, kv.cache, [])
-    assert kv.cache.protected_size == 0 and kv.cache.evictable_size == 5
-    kv.cache.evict(100)
-    assert kv.allocator.available_size() == 15
+    check_memory_invariants(allocator, cache, [])
+    assert cache.protected_size == 0 and cache.evictable_size == 5
+    cache.evict(100)
+    assert allocator.available_size() == 15
 
 
 # =========================================================================== simulation
 # A simulator of requests against a real SlotAllocator + RadixCache + ReqToTokenPool through
 # KVManager, driven two ways: a hypothesis RuleBasedStateMachine (shrinks failures to a short
 # step list) and a seeded random fuzzer (many long runs with weighted operations, which
-# reaches memory pressure, eviction inside alloc_slots and row rewrites far more often).
+# reaches memory pressure, eviction inside an allocation and row rewrites far more often).
 NUM_SLOTS = 32  # 31 usable: small, so allocation failures and eviction under pressure happen
 MAX_ROWS = 6
 MAX_CTX = 40
@@ -391,8 +404,8 @@ class RandChoice:
 
 
 class KVSim:
-    """Requests driven the way the scheduler drives them (match_prefix -> inc_lock_ref ->
-    alloc_slots -> admit; compute; cache_unfinished; release on finish or retraction).
+    """Requests driven the way the scheduler drives them (match_and_lock -> admit or unlock;
+    alloc_extend; compute; cache_unfinished; release on finish or retraction).
 
     Beyond the scheduler's ``row[cached_len:kv_len]``, a request may also hold ``pending``
     slots allocated for its next step but not computed yet (``row[kv_len:kv_len+pending]``);
@@ -405,8 +418,7 @@ class KVSim:
 
     def __init__(self, disable: bool = False) -> None:
         self.disable = disable
-        self.kv = KVManager(NUM_SLOTS, MAX_ROWS, MAX_CTX, disable_radix_cache=disable)
-        self.cache = self.kv.cache
+        self.kv, self.allocator, self.cache, self.rows = make_kv(NUM_SLOTS, MAX_ROWS, MAX_CTX, disable)
         self.live: list[Req] = []
         self.waiting: list[Req] = []  # retracted, to be admitted again
         self.pending: dict[str, int] = {}
@@ -438,24 +450,25 @@ class KVSim:
             out.append((row[r.cached_len: r.kv_len + self.pending[r.rid]].long(), r.last_node))
         return out
 
-    def _alloc(self, n: int):
-        """kv.alloc_slots(n), checking it fails exactly when n exceeds free + evictable."""
+    def _alloc(self, n: int, req: Req, allocate):
+        """``allocate()`` (kv.admit or kv.alloc_extend of n slots for ``req``), checking it fails
+        exactly when n exceeds free + evictable; returns the new slots (or None)."""
         obtainable = self.kv.available()
-        ev_before, free_before = self.cache.evictable_size, self.kv.allocator.available_size()
-        slots = self.kv.alloc_slots(n)
-        if slots is None:
+        ev_before, free_before = self.cache.evictable_size, self.allocator.available_size()
+        if not allocate():
             self._event("alloc_slots failed")
             assert n > obtainable, f"alloc_slots({n}) failed with {obtainable} obtainable"
-            assert self.kv.allocator.available_size() + self.cache.evictable_size == obtainable
+            assert self.allocator.available_size() + self.cache.evictable_size == obtainable
             return None
         assert n <= obtainable, f"alloc_slots({n}) succeeded with only {obtainable} obtainable"
+        slots = self.kv.row(req)[req.kv_len: req.kv_len + n].long()
         got = slots.tolist()
         assert len(got) == n and len(set(got)) == n and 0 not in got
         evicted = ev_before - self.cache.evictable_size
         assert evicted == 0 or n > free_before, "alloc_slots evicted without being short"
         if evicted:
             self._event("alloc_slots evicted")
-        assert self.kv.allocator.available_size() == free_before + evicted - n
+        assert self.allocator.available_size() == free_before + evicted - n
         return slots
 
     def step(self, op: str, c) -> None:
@@ -464,7 +477,7 @@ class KVSim:
 
     # ------------------------------------------------------------------ operations
     def admit(self) -> None:
-        """match_prefix -> inc_lock_ref -> alloc the (first chunk of the) rest -> kv.admit."""
+        """match_and_lock -> kv.admit of the (first chunk of the) rest, or unlock."""
         if len(self.live) >= MAX_ROWS:
             return
         c = self.c
@@ -477,28 +490,27 @@ class KVSim:
             self.seqs.append(list(req.input_ids))
         limit = req.prefix_match_limit()
         assert limit == req.fill_len - 1
-        prefix, node = self.cache.match_prefix(req.fill_ids[:limit])
+        match = self.kv.match_and_lock(req)
+        prefix, node = match
         keys, vals = path_of(self.cache, node)
         assert keys == req.fill_ids[: len(prefix)] and vals == prefix.tolist()
         if self.disable:
             assert prefix.numel() == 0 and node is self.cache.root
-        self.cache.inc_lock_ref(node)
         extend = req.fill_len - len(prefix)
         n = extend if c.bool("whole") else c.int(1, extend, "chunk")
-        slots = self._alloc(n)
+        slots = self._alloc(n, req, lambda: self.kv.admit(req, match, n))
         if slots is None:
-            self.cache.dec_lock_ref(node)
+            self.kv.unlock(match)
             if req.admitted_once:
                 self.waiting.append(req)
             return
-        self.kv.admit(req, prefix, node, slots)
         self._event("admitted with a cache hit" if len(prefix) else "admitted without a hit")
         assert (req.kv_len, req.cached_len, req.last_node) == (len(prefix), len(prefix), node)
         assert self.kv.row(req)[: len(prefix) + n].tolist() == prefix.tolist() + slots.tolist()
         if not req.admitted_once:
             req.admitted_once = True
             req.cached_tokens = len(prefix)
-            self.cache.record_hit(len(prefix), len(req.input_ids))
+            self.kv.record_hit(len(prefix), len(req.input_ids))
             self.hits += len(prefix)
             self.queries += len(req.input_ids)
         self.live.append(req)
@@ -511,9 +523,8 @@ class KVSim:
             return
         req = self._pick(cands)
         n = self.c.int(1, req.fill_len - req.kv_len, "n")
-        slots = self._alloc(n)
+        slots = self._alloc(n, req, lambda: self.kv.alloc_extend([(req, n)]))
         if slots is not None:
-            self.kv.extend_row(req, slots)
             self.pending[req.rid] = n
 
     def compute(self) -> None:
@@ -559,20 +570,20 @@ class KVSim:
         if not cands:
             return
         req = self._pick(cands)
-        before = self.kv.allocator.available_size()
-        self.kv.free_request_tail(req, self.pending[req.rid])
-        assert self.kv.allocator.available_size() == before + self.pending[req.rid]
+        before = self.allocator.available_size()
+        self.kv.free_tail(req, self.pending[req.rid])
+        assert self.allocator.available_size() == before + self.pending[req.rid]
         self.pending[req.rid] = 0
 
     def _release(self, req: Req) -> None:
         if self.pending[req.rid]:
-            self.kv.free_request_tail(req, self.pending[req.rid])
+            self.kv.free_tail(req, self.pending[req.rid])
         del self.pending[req.rid]
-        rows_before = self.kv.req_to_token.available_size()
+        rows_before = self.rows.available_size()
         tree_before = self.cache.total_size()
         self.kv.release(req)
         assert (req.row, req.last_node, req.kv_len, req.cached_len) == (None, None, 0, 0)
-        assert self.kv.req_to_token.available_size() == rows_before + 1
+        assert self.rows.available_size() == rows_before + 1
         assert self.cache.total_size() >= tree_before
         self.live.remove(req)
 
@@ -590,14 +601,14 @@ class KVSim:
 
     def evict(self) -> None:
         k = self.c.int(0, NUM_SLOTS, "k")
-        ev, free, total_ev = self.cache.evictable_size, self.kv.allocator.available_size(), self.cache.evicted_tokens
+        ev, free, total_ev = self.cache.evictable_size, self.allocator.available_size(), self.cache.evicted_tokens
         prot = self.cache.protected_size
         freed = self.cache.evict(k)
         assert 0 <= freed <= ev
         if k > 0:
             assert freed >= min(k, ev), f"evict({k}) freed {freed} of {ev} evictable"
         assert self.cache.evictable_size == ev - freed and self.cache.protected_size == prot
-        assert self.kv.allocator.available_size() == free + freed
+        assert self.allocator.available_size() == free + freed
         assert self.cache.evicted_tokens == total_ev + freed
 
     def match_random(self) -> None:
@@ -613,19 +624,19 @@ class KVSim:
         if self.cache.protected_size:
             self._event("flush refused")
             size = self.cache.total_size()
-            assert self.cache.flush() is False
+            assert self.kv.flush() is False
             assert self.cache.total_size() == size
         else:  # also with running requests that lock nothing (they point at the root)
-            free, ev = self.kv.allocator.available_size(), self.cache.evictable_size
-            assert self.cache.flush() is True
+            free, ev = self.allocator.available_size(), self.cache.evictable_size
+            assert self.kv.flush() is True
             self._event("flush done" if ev else "flush of an empty cache")
             assert self.cache.total_size() == 0 and self.cache.all_nodes() == []
-            assert self.kv.allocator.available_size() == free + ev
+            assert self.allocator.available_size() == free + ev
 
     # ------------------------------------------------------------------ checks
     def check(self) -> None:
-        check_memory_invariants(self.kv.allocator, self.cache, self.held())
-        assert self.kv.req_to_token.available_size() == MAX_ROWS - len(self.live)
+        check_memory_invariants(self.allocator, self.cache, self.held())
+        assert self.rows.available_size() == MAX_ROWS - len(self.live)
         assert len({r.row for r in self.live}) == len(self.live)
         assert (self.cache.hit_tokens, self.cache.query_tokens) == (self.hits, self.queries)
         if self.disable:
@@ -644,13 +655,13 @@ class KVSim:
         """Release everything, evict everything: every slot must be free again."""
         for r in list(self.live):
             self._release(r)
-        check_memory_invariants(self.kv.allocator, self.cache, [])
+        check_memory_invariants(self.allocator, self.cache, [])
         assert self.cache.protected_size == 0
         self.cache.evict(NUM_SLOTS)
         assert self.cache.total_size() == 0 and self.cache.all_nodes() == []
-        assert self.kv.allocator.available_size() == NUM_SLOTS - 1
-        assert self.kv.allocator.free_slots().tolist() == list(range(1, NUM_SLOTS))
-        assert self.kv.req_to_token.available_size() == MAX_ROWS
+        assert self.allocator.available_size() == NUM_SLOTS - 1
+        assert self.allocator.free_slots().tolist() == list(range(1, NUM_SLOTS))
+        assert self.rows.available_size() == MAX_ROWS
 
 
 # --------------------------------------------------------------------------- hypothesis
@@ -680,7 +691,7 @@ TestKVManagerMachine = KVManagerMachine.TestCase
 
 
 class KVManagerNoCacheMachine(KVManagerMachine):
-    """Same with disable_radix_cache=True: nothing is ever cached or locked."""
+    """Same with a NoPrefixCache: nothing is ever cached or locked."""
 
     DISABLE = True
 
@@ -732,15 +743,13 @@ def test_kv_manager_fuzz_no_cache():
 
 def test_flush_with_a_running_request_on_the_root():
     """Regression: a request with nothing cached points at the root; flush must keep it."""
-    kv = KVManager(16, 4, 32, disable_radix_cache=False)
-    kv.cache.insert([7, 8], kv.alloc_slots(2))
+    kv, allocator, cache, _ = make_kv(16, 4, 32)
+    cache.insert([7, 8], allocator.alloc(2))
     r = Req("a", [1, 2, 3], SamplingParams())
-    prefix, node = kv.cache.match_prefix(r.fill_ids[: r.prefix_match_limit()])
-    kv.cache.inc_lock_ref(node)
-    kv.admit(r, prefix, node, kv.alloc_slots(3))
+    assert kv.admit(r, kv.match_and_lock(r), 3)
     r.kv_len = 3
-    assert kv.cache.flush() is True and kv.cache.total_size() == 0
+    assert kv.flush() is True and cache.total_size() == 0
     kv.cache_unfinished(r)
-    check_memory_invariants(kv.allocator, kv.cache, [(kv.row(r)[r.cached_len:r.kv_len].long(), r.last_node)])
+    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len:r.kv_len].long(), r.last_node)])
     kv.release(r)
-    check_memory_invariants(kv.allocator, kv.cache)
+    check_memory_invariants(allocator, cache)

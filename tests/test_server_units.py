@@ -37,7 +37,7 @@ def test_detok_stream_never_shows_stop_string(tiny_dir):
 
 def test_take_output_deltas():
     req = Req("r", [1, 2, 3], SamplingParams(max_new_tokens=4))
-    req.extra["arrival"] = 0.0
+    req.arrival = 0.0
     req.output_ids += [7, 8]
     a = take_output(req, 1.5)
     assert a.new_ids == [7, 8] and a.queue_time == 1.5 and not a.finished

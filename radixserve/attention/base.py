@@ -17,9 +17,11 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
+
+from radixserve.mem_cache.kv_pool import KVPool
 
 
 class ForwardMode(enum.Enum):
@@ -65,57 +67,28 @@ class AttentionBackend(ABC):
 
     Contract: ``init_forward_metadata`` is called once per step before the model runs and
     may precompute anything that is shared by all layers (index tensors, masks, planner
-    state).  ``forward`` is called once per layer; it must first store the new tokens'
-    ``k``/``v`` into the pool at ``batch.out_cache_loc`` and then return the attention
-    output ``[num_tokens, num_heads, head_dim]`` in q's dtype.  It must not loop in Python
-    over the requests of the batch.
+    state).  ``forward`` is called once per layer: it stores the new tokens' ``k``/``v``
+    into the pool at ``batch.out_cache_loc`` (``store_kv``, which a backend may override with
+    its own kernel) and then returns ``attend``: the attention output
+    ``[num_tokens, num_heads, head_dim]`` in q's dtype.  No backend loops in Python over the
+    requests of the batch.  Backends are built by ``attention.registry.create_attention_backend``.
     """
 
-    def __init__(self, kv_pool: "KVPool") -> None:  # noqa: F821
+    def __init__(self, kv_pool: KVPool) -> None:
         self.kv_pool = kv_pool
 
     @abstractmethod
     def init_forward_metadata(self, batch: ForwardBatch) -> None: ...
 
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
+                batch: ForwardBatch) -> torch.Tensor:
+        self.store_kv(layer_id, batch, k, v)
+        return self.attend(q, k, v, layer_id, scaling, batch)
+
+    def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)
+
     @abstractmethod
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer_id: int,
-        scaling: float,
-        batch: ForwardBatch,
-    ) -> torch.Tensor: ...
-
-
-def create_attention_backend(name: str, kv_pool: Any, device: torch.device) -> AttentionBackend:
-    """Resolve ``--attention-backend`` (auto|torch_native|triton|flashinfer) to an instance.
-
-    auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise, torch_native
-    on CPU.
-    """
-    if name == "auto":
-        if device.type == "cuda":
-            try:
-                import flashinfer  # noqa: F401
-
-                name = "flashinfer"
-            except ImportError:
-                name = "triton"
-        else:
-            name = "torch_native"
-    if name == "torch_native":
-        from radixserve.attention.torch_native import TorchNativeBackend
-
-        return TorchNativeBackend(kv_pool)
-    if name == "triton":
-        from radixserve.attention.triton_backend import TritonBackend
-
-        return TritonBackend(kv_pool)
-    if name == "flashinfer":
-        from radixserve.attention.flashinfer_backend import FlashInferBackend
-
-        return FlashInferBackend(kv_pool)
-    raise ValueError(f"attention_backend: unknown backend {name!r} (auto|torch_native|triton|flashinfer)")
-
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
+               batch: ForwardBatch) -> torch.Tensor:
+        """The attention output of this layer; the new tokens' K/V are in the pool already."""

@@ -124,17 +124,9 @@ class FlashInferBackend(AttentionBackend):
         meta.plan_key = key
         return wrapper
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer_id: int,
-        scaling: float,
-        batch: ForwardBatch,
-    ) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
+               batch: ForwardBatch) -> torch.Tensor:
         pool = self.kv_pool
-        pool.set_kv(layer_id, batch.out_cache_loc, k, v)
         meta: FlashInferMetadata = batch.attn_metadata
         q_in = q if q.dtype == pool.dtype else q.to(pool.dtype)
         wrapper = self._plan(meta, q_in, scaling)

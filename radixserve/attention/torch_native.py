@@ -100,19 +100,18 @@ class TorchNativeBackend(AttentionBackend):
             b.mask, b.max_len = mask.unsqueeze(1), max_len
         return b
 
-    def forward(self, q, k, v, layer_id, scaling, batch):
-        pool = self.kv_pool
-        pool.set_kv(layer_id, batch.out_cache_loc, k, v)
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
+               batch: ForwardBatch) -> torch.Tensor:
         buckets: list[_Bucket] = batch.attn_metadata
         qc = q.to(self.compute_dtype)
         if len(buckets) == 1:
-            return self._attend(buckets[0], qc, layer_id, scaling).to(q.dtype)
+            return self._bucket_attend(buckets[0], qc, layer_id, scaling).to(q.dtype)
         out = torch.empty_like(qc)
         for b in buckets:
-            out.index_copy_(0, b.dest, self._attend(b, qc, layer_id, scaling))
+            out.index_copy_(0, b.dest, self._bucket_attend(b, qc, layer_id, scaling))
         return out.to(q.dtype)
 
-    def _attend(self, b: _Bucket, qc: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
+    def _bucket_attend(self, b: _Bucket, qc: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
         """Attention of one bucket; returns rows for its real queries (packed order for a
         single bucket, ``b.dest`` order otherwise)."""
         pool = self.kv_pool

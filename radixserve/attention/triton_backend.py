@@ -1,6 +1,10 @@
 """Attention with the Triton kernels of ``radixserve.kernels`` (CUDA; CPU under
 ``TRITON_INTERPRET=1``, which is how the tests run it).
 
+The kernels live in the repository's top-level ``kernels/`` folder, installed as
+``radixserve.kernels`` by ``[tool.setuptools.package-dir]`` in pyproject.toml (never
+importable as a bare ``kernels``).
+
 Per step, ``init_forward_metadata`` computes what every layer shares: the longest extend
 length (grid size) in EXTEND mode; in DECODE mode the number of KV splits of each request
 and the split-KV scratch buffers (allocated on the first layer, when the number of query
@@ -65,19 +69,14 @@ class TritonBackend(AttentionBackend):
             max_ext = int(batch.extend_seq_lens.max().item()) if batch.batch_size else 0
         batch.attn_metadata = TritonMetadata(batch.mode, max_extend_len=int(max_ext))
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer_id: int,
-        scaling: float,
-        batch: ForwardBatch,
-    ) -> torch.Tensor:
+    def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         pool = self.kv_pool
-        k_buf = pool.k_buffer[layer_id]
-        v_buf = pool.v_buffer[layer_id]
-        self._k.store_kv(k, v, k_buf, v_buf, batch.out_cache_loc)
+        self._k.store_kv(k, v, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.out_cache_loc)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
+               batch: ForwardBatch) -> torch.Tensor:
+        k_buf = self.kv_pool.k_buffer[layer_id]
+        v_buf = self.kv_pool.v_buffer[layer_id]
         meta: TritonMetadata = batch.attn_metadata
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if batch.mode == ForwardMode.DECODE:

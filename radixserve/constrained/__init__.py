@@ -7,7 +7,9 @@
 - ``backend``: compiled-index cache and per-state masks
 - ``fsm_state``: one request's FSM state
 - ``jump_forward``: forced text and boundary re-tokenization
-- ``manager``: the scheduler's entry points (``Scheduler.grammars``)
+- ``manager``: the scheduler's entry points (``Scheduler.grammars``): it returns decisions
+  (masks, ``Finish``, ``Jump``, rejected tokens) that the scheduler applies
+- ``protocols``: what this package reads from a request (it never imports the scheduler)
 
 Importing this package is cheap; nothing heavy loads until the first constrained request.
 """

@@ -1,7 +1,8 @@
 """Grammar backend: compiled-index cache (LRU) over the compile pool, and per-state masks.
 
 Contract:
-- ``GrammarBackend(tokenizer, vocab_size, eos_ids, cfg)`` builds the byte vocabulary once
+- ``GrammarBackend(tokenizer, vocab_size, eos_ids, cfg)`` (``cfg``: the ``SchedulerConfig``,
+  whose ``grammar_*`` fields size the pool and the caches) builds the byte vocabulary once
   (a few hundred ms; the scheduler creates the backend lazily, on the first constrained
   request, so unconstrained serving never pays for it).
 - ``request(constraint)`` starts (or joins) the compilation of ``constraint.key`` and never
@@ -25,6 +26,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from radixserve.config import SchedulerConfig
 from radixserve.constrained.compile_pool import CompilePool
 from radixserve.constrained.jump_forward import forced_bytes
 from radixserve.constrained.spec import Constraint
@@ -102,15 +104,14 @@ class CompiledGrammar:
 
 
 class GrammarBackend:
-    def __init__(self, tokenizer: Any, vocab_size: int, eos_ids: tuple[int, ...], cfg: Any) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_ids: tuple[int, ...], cfg: SchedulerConfig) -> None:
         t0 = time.perf_counter()
         self.vocab = TokenVocab.from_tokenizer(tokenizer, vocab_size, eos_ids)
-        self.pool = CompilePool(self.vocab.outlines_vocabulary(), getattr(cfg, "grammar_compile_workers", 1),
-                                getattr(cfg, "grammar_compile_timeout", 30.0),
-                                getattr(cfg, "grammar_compile_memory_mb", 4096))
+        self.pool = CompilePool(self.vocab.outlines_vocabulary(), cfg.grammar_compile_workers,
+                                cfg.grammar_compile_timeout, cfg.grammar_compile_memory_mb)
         self.setup_seconds = time.perf_counter() - t0
-        self.cache: LRU = LRU(getattr(cfg, "grammar_cache_size", 128))
-        self.state_cache: LRU = LRU(getattr(cfg, "grammar_mask_cache_size", 1024))
+        self.cache: LRU = LRU(cfg.grammar_cache_size)
+        self.state_cache: LRU = LRU(cfg.grammar_mask_cache_size)
         self.inflight: dict[tuple, Future] = {}
         self.mask_hits = 0
         self.mask_build_seconds: list[float] = []

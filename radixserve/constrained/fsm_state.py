@@ -1,8 +1,9 @@
 """Per-request FSM state of a constrained request.
 
 Contract:
-- ``state`` is the outlines-core index state after every token of ``req.output_ids`` (the
-  scheduler calls ``accept`` for each emitted token, ``splice`` after a jump-forward);
+- ``state`` is the outlines-core index state after every token of ``req.output_ids``
+  (``GrammarManager.after_token`` calls ``accept`` for each emitted token; the scheduler
+  calls ``splice`` when it applies a ``Jump``);
   ``prev`` is the state before the last output token (None before the first).
 - ``mask(ignore_eos)`` is the allowed-token mask for the next sample (shared: never modify it;
   EOS ids only in accepting states, never with ``ignore_eos``).
@@ -20,7 +21,7 @@ import numpy as np
 
 
 class GrammarState:
-    __slots__ = ("grammar", "state", "prev", "guide", "num_jumps", "jumped_tokens")
+    __slots__ = ("grammar", "state", "prev", "guide")
 
     def __init__(self, grammar: Any) -> None:
         from outlines_core import Guide
@@ -29,8 +30,6 @@ class GrammarState:
         self.state: int = grammar.initial
         self.prev: Optional[int] = None
         self.guide = Guide(grammar.index, max_rollback=4)
-        self.num_jumps = 0
-        self.jumped_tokens = 0
 
     def _info(self) -> tuple[np.ndarray, bytes, bool]:
         return self.grammar.info(self.state, self.guide)
@@ -68,8 +67,6 @@ class GrammarState:
                     self.guide.advance(t, return_tokens=False)
             except (ValueError, RuntimeError):
                 self.guide = None
-        self.num_jumps += 1
-        self.jumped_tokens += len(new_tokens) - 1
 
     def outcome(self) -> Optional[str]:
         if self._info()[2]:

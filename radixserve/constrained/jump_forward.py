@@ -26,6 +26,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from radixserve.constrained.fsm_state import GrammarState
+from radixserve.constrained.protocols import GrammarRequest
+from radixserve.constrained.vocab import TokenVocab
+
 MAX_FORCED = 512  # bytes of forced text found per state
 
 
@@ -77,7 +81,7 @@ def _utf8_text(tb: bytes, forced: bytes) -> Optional[tuple[str, bytes]]:
     return None
 
 
-def plan_jump(req: Any, gs: Any, vocab: Any) -> Optional[tuple[list[int], list[int]]]:
+def plan_jump(req: GrammarRequest, gs: GrammarState, vocab: TokenVocab) -> Optional[tuple[list[int], list[int]]]:
     sp = req.sampling
     if req.return_logprob or not req.output_ids or gs.prev is None:
         return None

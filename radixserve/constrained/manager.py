@@ -1,18 +1,22 @@
-"""Scheduler glue for constrained requests.
+"""Scheduler glue for constrained requests: the grammar side decides, the scheduler applies.
 
-Contract (all calls come from the scheduler thread):
+Contract (all calls come from the scheduler thread).  The manager never writes a request:
+it advances the request's ``GrammarState`` (grammar-owned) in ``after_token`` and otherwise
+returns decisions, which the scheduler applies (``scheduler/grammar_steps.py``):
 - ``add(req)``: a constrained request waits here (``waiting``) while its index compiles;
   the scheduler's queue and running batch never wait for a compilation.
-- ``ready()`` returns ``(ready, failed)``: requests whose grammar is compiled (their
-  ``req.grammar`` is set) and requests whose compilation failed or timed out (already given
-  a ``FinishReason.abort`` naming the cause).
+- ``ready()`` returns ``(ready, failed)``: ``(req, GrammarState)`` pairs whose grammar is
+  compiled (the scheduler sets ``req.grammar``) and ``(req, FinishReason)`` pairs whose
+  compilation failed or timed out (an abort naming the cause).
 - ``mask(req)`` is the vocab mask to send with a sampling step.
-- ``after_token(req)`` runs once per emitted token, before the stop check, and returns
-  False when the token was rejected (it is removed and the request finished as a dead end;
-  this only happens when no allowed token could be sampled).  ``after_stop(req)`` runs
-  after the stop check of an unfinished request: it ends a request whose grammar is
-  complete, or jump-forwards; it returns True when the request's new output tokens need an
-  extend step (kv_len < fill_len - 1).
+- ``after_token(req)`` runs once per emitted token, before the stop check: it advances the
+  FSM and returns None, or returns the abort reason when the token was rejected (the
+  scheduler drops the token and finishes the request; this only happens when no allowed
+  token could be sampled).
+- ``after_stop(req, jump_forward)`` runs after the stop check of an unfinished request and
+  returns a ``Finish`` (the grammar is complete or dead), a ``Jump`` (forced tokens to splice
+  in place of the last output token) or None.  After applying a ``Jump`` the scheduler asks
+  ``after_jump(req)``, which returns a ``Finish`` or None for the spliced state.
 - Nothing here runs for requests without a grammar, and the backend (vocabulary, compile
   processes) is created on the first constrained request.
 """
@@ -20,66 +24,88 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Generic, Optional, TypeVar, Union
 
+import numpy as np
+
+from radixserve.config import SchedulerConfig
+from radixserve.constrained.backend import GrammarBackend
 from radixserve.constrained.fsm_state import GrammarState
 from radixserve.constrained.jump_forward import plan_jump
-from radixserve.constrained.spec import constraint_of
-from radixserve.scheduler.req import FinishReason
+from radixserve.constrained.protocols import GrammarRequest, GrammarSampling
+from radixserve.constrained.spec import Constraint, constraint_of
+from radixserve.request import FinishReason
 
 logger = logging.getLogger(__name__)
 
+R = TypeVar("R", bound=GrammarRequest)  # the caller's request type, handed back as given
 
-def has_constraint(sp: Any) -> bool:
+
+def has_constraint(sp: GrammarSampling) -> bool:
     return sp.regex is not None or sp.json_schema is not None or sp.choices is not None
 
 
-class GrammarManager:
-    def __init__(self, cfg: Any, tokenizer: Any, vocab_size: int, eos_ids: tuple[int, ...]) -> None:
+@dataclass(frozen=True)
+class Finish:
+    """End the request with ``reason``, after appending ``append`` (EOS, when it is the only
+    token the grammar allows: no model step is needed for it) when that is not None."""
+
+    reason: FinishReason
+    append: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Jump:
+    """Replace the request's last output token with ``tokens`` (the FSM states after each
+    token are ``states``: pass both to ``GrammarState.splice``)."""
+
+    tokens: list[int]
+    states: list[int]
+
+
+class GrammarManager(Generic[R]):
+    def __init__(self, cfg: SchedulerConfig, tokenizer: Any, vocab_size: int, eos_ids: tuple[int, ...]) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_ids = tuple(eos_ids)
-        self.backend: Optional[Any] = None
-        self.waiting: list[Any] = []
+        self.backend: Optional[GrammarBackend] = None
+        self.waiting: list[tuple[R, Constraint]] = []
         self.num_jumps = 0
         self.jumped_tokens = 0
 
-    def get_backend(self) -> Any:
+    def get_backend(self) -> GrammarBackend:
         if self.backend is None:
             if self.tokenizer is None:
                 raise ValueError("sampling_params: constrained generation needs the model's tokenizer")
-            from radixserve.constrained.backend import GrammarBackend
-
             self.backend = GrammarBackend(self.tokenizer, self.vocab_size, self.eos_ids, self.cfg)
         return self.backend
 
     # ------------------------------------------------------------------ compile
-    def add(self, req: Any) -> None:
+    def add(self, req: R) -> None:
         c = constraint_of(req.sampling, self.cfg.json_whitespace_pattern)
-        req.extra["constraint"] = c
+        assert c is not None, "add() takes constrained requests only"
         self.get_backend().request(c)
-        self.waiting.append(req)
+        self.waiting.append((req, c))
 
-    def ready(self) -> tuple[list[Any], list[Any]]:
-        done, failed, still = [], [], []
-        for req in self.waiting:
-            c = req.extra["constraint"]
-            got = self.backend.poll(c)
+    def ready(self) -> tuple[list[tuple[R, GrammarState]], list[tuple[R, FinishReason]]]:
+        done: list[tuple[R, GrammarState]] = []
+        failed: list[tuple[R, FinishReason]] = []
+        still: list[tuple[R, Constraint]] = []
+        for req, c in self.waiting:
+            got = self.get_backend().poll(c)
             if got is None:
-                still.append(req)
+                still.append((req, c))
             elif isinstance(got, Exception):
-                req.finish_reason = FinishReason.abort(f"{c.kind} constraint could not be compiled: {got}")
-                failed.append(req)
+                failed.append((req, FinishReason.abort(f"{c.kind} constraint could not be compiled: {got}")))
             else:
                 gs = GrammarState(got)
                 if gs.outcome() == "dead":
-                    req.finish_reason = FinishReason.abort(
-                        f"{c.kind} constraint: no token of the vocabulary can start the pattern")
-                    failed.append(req)
+                    failed.append((req, FinishReason.abort(
+                        f"{c.kind} constraint: no token of the vocabulary can start the pattern")))
                 else:
-                    req.grammar = gs
-                    done.append(req)
+                    done.append((req, gs))
         self.waiting = still
         return done, failed
 
@@ -89,74 +115,68 @@ class GrammarManager:
         if futs:
             concurrent.futures.wait(futs, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED)
 
-    def remove(self, rid: str) -> Optional[Any]:
-        for req in self.waiting:
-            if req.rid == rid:
-                self.waiting.remove(req)
-                return req
+    def remove(self, rid: str) -> Optional[R]:
+        for entry in self.waiting:
+            if entry[0].rid == rid:
+                self.waiting.remove(entry)
+                return entry[0]
         return None
 
     # ------------------------------------------------------------------ per token
     @staticmethod
-    def mask(req: Any) -> Any:
-        return req.grammar.mask(req.sampling.ignore_eos)
+    def mask(req: GrammarRequest) -> np.ndarray:
+        return _grammar(req).mask(req.sampling.ignore_eos)
 
-    def after_token(self, req: Any) -> bool:
+    def after_token(self, req: GrammarRequest) -> Optional[FinishReason]:
         tok = req.output_ids[-1]
-        gs = req.grammar
+        gs = _grammar(req)
         if tok in self.eos_ids and gs.grammar.is_final(gs.state) and not req.sampling.ignore_eos:
-            return True  # the stop check ends it
+            return None  # the stop check ends it
         if gs.accept(tok):
-            return True
-        req.output_ids.pop()
-        if len(req.output_logprobs) > len(req.output_ids):
-            req.output_logprobs.pop()
-        req.finish_reason = FinishReason.abort(
+            return None
+        return FinishReason.abort(
             f"constrained generation reached a dead end: no allowed token could be sampled (got {tok})")
-        return False
 
-    def _end_if_complete(self, req: Any, jump_forward: bool) -> bool:
-        """True when the request ended (dead end, or complete and nothing more to do)."""
-        gs, sp = req.grammar, req.sampling
+    def _complete(self, req: GrammarRequest, jump_forward: bool) -> Optional[Finish]:
+        """A Finish when the request must end (dead end, or complete and nothing more to do)."""
+        gs, sp = _grammar(req), req.sampling
         out = gs.outcome()
         if out is None:
-            return False
+            return None
         if out == "dead":
-            req.finish_reason = FinishReason.abort("constrained generation reached a dead end: no token can follow")
-            return True
+            return Finish(FinishReason.abort("constrained generation reached a dead end: no token can follow"))
         eos_ok = bool(self.eos_ids) and not sp.ignore_eos and len(req.output_ids) >= sp.min_new_tokens
         if not eos_ok:  # the pattern is complete but EOS may not be emitted: stop here
-            req.finish_reason = FinishReason.stop(None)
-            return True
+            return Finish(FinishReason.stop(None))
         if jump_forward and not req.return_logprob and req.remaining_new_tokens() > 0:
-            req.output_ids.append(self.eos_ids[0])  # EOS is the only choice: no model step needed
-            req.finish_reason = FinishReason.stop(self.eos_ids[0])
-            return True
-        return False  # the next step samples EOS (the mask allows nothing else)
+            eos = self.eos_ids[0]  # EOS is the only choice: no model step needed
+            return Finish(FinishReason.stop(eos), append=eos)
+        return None  # the next step samples EOS (the mask allows nothing else)
 
-    def after_stop(self, req: Any, jump_forward: bool) -> bool:
-        if self._end_if_complete(req, jump_forward) or not jump_forward:
-            return False
-        gs = req.grammar
-        plan = plan_jump(req, gs, self.backend.vocab)
+    def after_stop(self, req: GrammarRequest, jump_forward: bool) -> Union[Finish, Jump, None]:
+        done = self._complete(req, jump_forward)
+        if done is not None or not jump_forward:
+            return done
+        plan = plan_jump(req, _grammar(req), self.get_backend().vocab)
         if plan is None:
-            return False
+            return None
         new, states = plan
-        req.output_ids[-1:] = new
-        gs.splice(new, states)
         self.num_jumps += 1
         self.jumped_tokens += len(new) - 1
-        if req.remaining_new_tokens() == 0:
-            req.finish_reason = FinishReason.length(len(req.output_ids))
-            return False
-        if self._end_if_complete(req, jump_forward):
-            return False
-        if req.sampling.needs_penalty():
-            req.on_worker = False  # resend the sampling state: penalties must count the new tokens
-        return len(new) > 1
+        return Jump(new, states)
+
+    def after_jump(self, req: GrammarRequest) -> Optional[Finish]:
+        """After a ``Jump`` was applied (the FSM spliced, the tokens in ``output_ids``)."""
+        return self._complete(req, True)
 
     def stats(self) -> dict:
         b = self.backend
         return {"grammar_jumps": self.num_jumps, "grammar_jumped_tokens": self.jumped_tokens,
                 "grammar_cached": 0 if b is None else len(b.cache),
                 "grammar_compiling": 0 if b is None else len(b.inflight)}
+
+
+def _grammar(req: GrammarRequest) -> GrammarState:
+    gs = req.grammar
+    assert gs is not None, f"{req.rid}: no compiled grammar"
+    return gs

@@ -29,6 +29,8 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
+from radixserve.constrained.protocols import GrammarSampling
+
 OUTLINES_WHITESPACE = r"[ ]?"  # outlines-core's default; the server's default is "" (compact)
 _META = set("\\.+*?()|[]{}^$#&-~")
 _UNSUPPORTED = {"ASSERT": "lookaround assertions", "ASSERT_NOT": "lookaround assertions",
@@ -131,7 +133,7 @@ def canonical_schema(schema: Any) -> str:
     raise ValueError("sampling_params.json_schema: must be a JSON string or an object")
 
 
-def constraint_of(params: Any, whitespace: Optional[str] = None) -> Optional[Constraint]:
+def constraint_of(params: GrammarSampling, whitespace: Optional[str] = None) -> Optional[Constraint]:
     """The constraint a SamplingParams asks for (None when unconstrained)."""
     regex, schema, choices = params.regex, params.json_schema, params.choices
     given = [n for n, v in (("regex", regex), ("json_schema", schema), ("choices", choices)) if v is not None]

@@ -6,13 +6,13 @@ from typing import Iterable
 import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
-from radixserve.mem_cache.radix_cache import RadixCache
+from radixserve.mem_cache.prefix_cache import PrefixCache
 
 
-def check_memory_invariants(allocator: SlotAllocator, cache: RadixCache,
+def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
                             held: Iterable[tuple[torch.Tensor, object]] = ()) -> None:
-    """Every slot in 1..num_slots-1 is exactly one of: free, owned by one radix node, held
-    by one running request.  ``held`` yields (slots held by a request, its locked node).
+    """Every slot in 1..num_slots-1 is exactly one of: free, owned by one cache node, held
+    by one running request (for either ``PrefixCache``).  ``held`` yields (slots held by a request, its locked node).
     Also checks the tree's structure and its size/lock accounting."""
     owners: dict[int, str] = {}
 

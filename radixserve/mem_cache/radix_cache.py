@@ -2,25 +2,14 @@
 from __future__ import annotations
 
 import heapq
-import itertools
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
+from radixserve.mem_cache.prefix_cache import Cached, PrefixCache
+from radixserve.mem_cache.tree_node import TreeNode, clock
+
 _EMPTY = torch.empty(0, dtype=torch.int64)
-_clock = itertools.count()
-
-
-class TreeNode:
-    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access")
-
-    def __init__(self, key: list[int], value: torch.Tensor, parent: Optional["TreeNode"]) -> None:
-        self.key = key  # token ids on the edge from parent to this node
-        self.value = value  # int64 KV slots, one per key token
-        self.children: dict[int, TreeNode] = {}
-        self.parent = parent
-        self.lock_ref = 0
-        self.last_access = next(_clock)
 
 
 def _common_len(a: list[int], b: list[int]) -> int:
@@ -31,61 +20,23 @@ def _common_len(a: list[int], b: list[int]) -> int:
     return i
 
 
-class RadixCache:
-    """SGLang-style radix cache.
+class RadixCache(PrefixCache):
+    """SGLang-style radix cache (the ``PrefixCache`` contract, plus):
 
-    Contract:
-      * ``match_prefix(key)`` returns the slots of the longest cached prefix of ``key`` and
-        the node where it ends, splitting a node so that the match ends on a boundary.
+      * ``match_prefix(key)`` splits a node so that the match ends on a boundary.
       * ``insert(key, value)`` stores ``value[i]`` as the slot of ``key[i]`` and returns how
         many leading tokens were already cached; the caller must free its own duplicate
         slots ``value[cached_before:returned]``.
-      * ``inc_lock_ref/dec_lock_ref(node)`` lock or unlock the whole path to the root;
-        locked nodes are never evicted.
-      * ``evict(n)`` frees at least ``n`` tokens (when possible) from unlocked leaves in LRU
-        order through ``free_fn`` and returns how many it freed.
+      * ``evict(n)`` frees unlocked leaves in LRU order through ``free_fn``.
     Every slot in the tree is owned by exactly one node.
     """
 
-    def __init__(self, free_fn: Callable[[torch.Tensor], None], disable: bool = False) -> None:
-        self.free_fn = free_fn
-        self.disable = disable
-        self.reset()
-
-    # ---------------------------------------------------------------- bookkeeping
-    def reset(self) -> None:
-        self.root = TreeNode([], _EMPTY, None)
-        self.root.lock_ref = 1
-        self.evictable_size = 0
-        self.protected_size = 0
-        self.hit_tokens = 0
-        self.query_tokens = 0
-        self.evicted_tokens = 0
-
-    def total_size(self) -> int:
-        return self.evictable_size + self.protected_size
-
-    def record_hit(self, matched: int, total: int) -> None:
-        self.hit_tokens += matched
-        self.query_tokens += total
-
-    def stats(self) -> dict[str, float]:
-        return {
-            "cache_size": self.total_size(),
-            "evictable_size": self.evictable_size,
-            "protected_size": self.protected_size,
-            "hit_tokens": self.hit_tokens,
-            "query_tokens": self.query_tokens,
-            "hit_rate": self.hit_tokens / max(1, self.query_tokens),
-            "evicted_tokens": self.evicted_tokens,
-        }
-
     # ---------------------------------------------------------------- lookup
     def match_prefix(self, key: list[int]) -> tuple[torch.Tensor, TreeNode]:
-        if self.disable or not key:
+        if not key:
             return _EMPTY, self.root
         node, values, pos = self.root, [], 0
-        stamp = next(_clock)
+        stamp = next(clock)
         while pos < len(key):
             child = node.children.get(key[pos])
             if child is None:
@@ -114,10 +65,8 @@ class RadixCache:
 
     # ---------------------------------------------------------------- insert
     def insert(self, key: list[int], value: torch.Tensor) -> int:
-        if self.disable:
-            return 0
         node, pos = self.root, 0
-        stamp = next(_clock)
+        stamp = next(clock)
         while pos < len(key):
             child = node.children.get(key[pos])
             if child is None:
@@ -133,6 +82,25 @@ class RadixCache:
             pos += n
             node = child
         return pos
+
+    # ---------------------------------------------------------------- requests
+    def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
+                         node: TreeNode) -> Optional[Cached]:
+        already = self.insert(key, slots)
+        rewritten = already > cached_len
+        if rewritten:
+            self.free_fn(slots[cached_len: already].clone())
+        tree_slots, last = self.match_prefix(key)
+        assert len(tree_slots) == len(key)
+        self.inc_lock_ref(last)
+        self.dec_lock_ref(node)
+        return Cached(last, tree_slots if rewritten else None)
+
+    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode) -> None:
+        already = self.insert(key, slots)
+        if already > cached_len:
+            self.free_fn(slots[cached_len: already].clone())
+        self.dec_lock_ref(node)
 
     # ---------------------------------------------------------------- locking
     def inc_lock_ref(self, node: TreeNode) -> None:
@@ -179,14 +147,6 @@ class RadixCache:
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
         self.evicted_tokens += freed
         return freed
-
-    def flush(self) -> bool:
-        """Drop every cached token; refused (False) while any node is locked.  The root
-        (which running requests with nothing cached point at) and the stats survive."""
-        if self.protected_size:
-            return False
-        self.evict(self.evictable_size)
-        return True
 
     # ---------------------------------------------------------------- introspection
     def all_nodes(self) -> list[TreeNode]:

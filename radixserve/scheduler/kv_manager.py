@@ -1,95 +1,202 @@
-"""Moves KV slots between the allocator, the radix tree and running requests.
+"""Moves KV slots between the allocator, the prefix cache and running requests.
 
-Every slot is in exactly one of three states: free in the allocator, owned by one radix
-node, or held by one running request (``row[cached_len:kv_len]``).
+Every slot is in exactly one of three states: free in the allocator, owned by one cache
+node, or held by one running request (``row[cached_len:kv_len]``, plus the slots allocated
+for the step being planned, ``row[kv_len:kv_len + n]``).
+
+Contract: the ``KVManager`` is the only writer of the request-to-token table, the allocator
+and the prefix cache behind it, and of a request's ``row``, ``cached_len`` and ``last_node``
+(``kv_len`` is set at admission; the caller advances it after each step).  It is
+single-threaded: the scheduler thread only.
+A request holds a row from ``admit`` until ``release``; slots allocated past ``kv_len``
+(``admit``, ``alloc_extend``, ``alloc_decode``) become computed when the caller advances
+``kv_len`` after the step, or go back with ``free_tail`` when the step does not run.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
-from radixserve.mem_cache.radix_cache import RadixCache, TreeNode
+from radixserve.mem_cache.invariants import check_memory_invariants
+from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
+from radixserve.mem_cache.prefix_cache import PrefixCache
+from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
+from radixserve.mem_cache.tree_node import TreeNode
 from radixserve.scheduler.req import Req
 
 
-class KVManager:
-    def __init__(self, num_slots: int, max_rows: int, max_context_len: int, disable_radix_cache: bool) -> None:
-        self.allocator = SlotAllocator(num_slots)
-        self.cache = RadixCache(self.allocator.free, disable=disable_radix_cache)
-        self.req_to_token = ReqToTokenPool(max_rows, max_context_len)
+class PrefixMatch(NamedTuple):
+    """A cached prefix, locked (``match_and_lock``) until ``admit`` or ``unlock``."""
+
+    slots: torch.Tensor
+    node: TreeNode
 
     @property
+    def length(self) -> int:
+        return len(self.slots)
+
+
+class KVManager:
+    def __init__(self, num_slots: int, max_rows: int, max_context_len: int, disable_radix_cache: bool = False) -> None:
+        """The prefix cache is chosen here, once: a ``RadixCache``, or a ``NoPrefixCache``
+        with ``disable_radix_cache``."""
+        allocator = SlotAllocator(num_slots)
+        cache = NoPrefixCache(allocator.free) if disable_radix_cache else RadixCache(allocator.free)
+        self._attach(allocator, cache, ReqToTokenPool(max_rows, max_context_len))
+
+    @classmethod
+    def from_parts(cls, allocator: SlotAllocator, cache: PrefixCache, rows: ReqToTokenPool) -> "KVManager":
+        """A manager over given parts (tests inspect them; nothing else may touch them)."""
+        kv = cls.__new__(cls)
+        kv._attach(allocator, cache, rows)
+        return kv
+
+    def _attach(self, allocator: SlotAllocator, cache: PrefixCache, rows: ReqToTokenPool) -> None:
+        self._allocator, self._cache, self._rows = allocator, cache, rows
+        self._live: dict[int, Req] = {}  # row -> the request holding it
+
+    # ------------------------------------------------------------------ queries
+    @property
     def capacity(self) -> int:
-        return self.allocator.num_slots - 1
+        return self._allocator.num_slots - 1
 
     def available(self) -> int:
         """Slots obtainable now: free ones plus unlocked cached ones."""
-        return self.allocator.available_size() + self.cache.evictable_size
+        return self._allocator.available_size() + self._cache.evictable_size
 
-    def alloc_slots(self, n: int) -> Optional[torch.Tensor]:
-        short = n - self.allocator.available_size()
-        if short > 0:
-            self.cache.evict(short)
-        return self.allocator.alloc(n)
+    def free_slots(self) -> int:
+        """Slots free in the allocator (without evicting)."""
+        return self._allocator.available_size()
 
     def row(self, req: Req) -> torch.Tensor:
-        return self.req_to_token.table[req.row]
+        """The request's row of slots (int32).  Read-only for the caller."""
+        return self._rows.table[req.row]
+
+    def match_len(self, req: Req) -> int:
+        """How many leading tokens of ``req`` are cached (refreshes their LRU stamps; may
+        split a node).  Locks nothing."""
+        slots, _ = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()])
+        return len(slots)
 
     # ------------------------------------------------------------------ admission
-    def admit(self, req: Req, prefix: torch.Tensor, node: TreeNode, new_slots: torch.Tensor) -> None:
-        """Give ``req`` a row holding the cached ``prefix`` (locked via ``node``) followed by
-        ``new_slots``.  The caller locked ``node`` already."""
-        row = self.req_to_token.alloc()
-        assert row is not None, "request rows exhausted (max_running_requests)"
-        req.row, req.last_node = row, node
-        req.kv_len = req.cached_len = len(prefix)
-        table = self.req_to_token.table
-        table[row, : len(prefix)] = prefix.to(torch.int32)
-        table[row, len(prefix): len(prefix) + len(new_slots)] = new_slots.to(torch.int32)
+    def match_and_lock(self, req: Req) -> PrefixMatch:
+        """The cached prefix ``req`` may use, locked so that it cannot be evicted: the caller
+        either ``admit``s the request with it or ``unlock``s it."""
+        slots, node = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()])
+        self._cache.inc_lock_ref(node)
+        return PrefixMatch(slots, node)
 
-    def extend_row(self, req: Req, new_slots: torch.Tensor) -> None:
-        self.req_to_token.table[req.row, req.kv_len: req.kv_len + len(new_slots)] = new_slots.to(torch.int32)
+    def unlock(self, match: PrefixMatch) -> None:
+        self._cache.dec_lock_ref(match.node)
+
+    def record_hit(self, matched: int, total: int) -> None:
+        """Count a first admission in the cache's hit rate."""
+        self._cache.record_hit(matched, total)
+
+    def admit(self, req: Req, match: PrefixMatch, n: int) -> bool:
+        """Give ``req`` a row holding the locked ``match`` followed by ``n`` new slots for its
+        next ``n`` tokens (evicting unlocked cache entries when short).  False when the slots
+        cannot be obtained: nothing is taken and the caller still holds the lock.  Raises
+        when no row is free (the caller bounds the running requests)."""
+        slots = self._alloc(n)
+        if slots is None:
+            return False
+        row = self._rows.alloc()
+        assert row is not None, "request rows exhausted (max_running_requests)"
+        req.row, req.last_node = row, match.node
+        req.kv_len = req.cached_len = match.length
+        table = self._rows.table
+        table[row, : match.length] = match.slots.to(torch.int32)
+        table[row, match.length: match.length + n] = slots.to(torch.int32)
+        self._live[row] = req
+        return True
+
+    # ------------------------------------------------------------------ allocation
+    def alloc_extend(self, batch: Sequence[tuple[Req, int]]) -> bool:
+        """Slots for the next ``n`` tokens of each admitted request, from one allocation
+        (evicting when short); False when they cannot all be obtained (nothing taken)."""
+        slots = self._alloc(sum(n for _, n in batch))
+        if slots is None:
+            return False
+        at, table = 0, self._rows.table
+        for req, n in batch:
+            table[req.row, req.kv_len: req.kv_len + n] = slots[at: at + n].to(torch.int32)
+            at += n
+        return True
+
+    def make_room(self, n: int) -> bool:
+        """Evict unlocked cache entries until ``n`` slots are free; True when they are."""
+        short = n - self._allocator.available_size()
+        if short > 0:
+            self._cache.evict(short)
+        return n <= self._allocator.available_size()
+
+    def alloc_decode(self, reqs: Sequence[Req]) -> None:
+        """One slot at ``kv_len`` for each request; ``make_room(len(reqs))`` returned True."""
+        slots = self._allocator.alloc(len(reqs))
+        assert slots is not None, "alloc_decode without make_room"
+        table = self._rows.table
+        for req, slot in zip(reqs, slots.tolist()):
+            table[req.row, req.kv_len] = slot
+
+    def free_tail(self, req: Req, n: int) -> None:
+        """Return slots allocated for ``n`` positions after ``kv_len`` that were never used."""
+        row = self._rows.table[req.row]
+        self._allocator.free(row[req.kv_len: req.kv_len + n].long().clone())
+
+    def _alloc(self, n: int) -> Optional[torch.Tensor]:
+        short = n - self._allocator.available_size()
+        if short > 0:
+            self._cache.evict(short)
+        return self._allocator.alloc(n)
 
     # ------------------------------------------------------------------ caching
     def cache_unfinished(self, req: Req) -> bool:
-        """Insert the computed tokens into the tree and move the lock to the new node.
-        Returns True when the row was rewritten (duplicates replaced by tree slots), in
+        """Hand the computed tokens to the cache and move the lock to where they end.
+        Returns True when the row was rewritten (duplicates replaced by cached slots), in
         which case the worker's copy of the row must be resent."""
-        if self.cache.disable or req.kv_len <= req.cached_len:
+        if req.kv_len <= req.cached_len:
             return False
-        keys = req.fill_ids[: req.kv_len]
-        row = self.req_to_token.table[req.row]
-        already = self.cache.insert(keys, row[: req.kv_len].long())
-        rewritten = already > req.cached_len
-        if rewritten:
-            self.allocator.free(row[req.cached_len: already].long().clone())
-        slots, node = self.cache.match_prefix(keys)
-        assert len(slots) == req.kv_len
-        if rewritten:
-            row[: req.kv_len] = slots.to(torch.int32)
-        self.cache.inc_lock_ref(node)
-        self.cache.dec_lock_ref(req.last_node)
-        req.last_node, req.cached_len = node, req.kv_len
-        return rewritten
+        row = self._rows.table[req.row]
+        got = self._cache.cache_unfinished(req.fill_ids[: req.kv_len], row[: req.kv_len].long(),
+                                           req.cached_len, req.last_node)
+        if got is None:
+            return False
+        if got.slots is not None:
+            row[: req.kv_len] = got.slots.to(torch.int32)
+        req.last_node, req.cached_len = got.node, req.kv_len
+        return got.slots is not None
 
     def release(self, req: Req) -> None:
-        """Hand the request's computed KV to the tree (or free it) and drop its row."""
-        row = self.req_to_token.table[req.row]
-        if self.cache.disable:
-            self.allocator.free(row[req.cached_len: req.kv_len].long().clone())
-        else:
-            already = self.cache.insert(req.fill_ids[: req.kv_len], row[: req.kv_len].long())
-            if already > req.cached_len:
-                self.allocator.free(row[req.cached_len: already].long().clone())
-            self.cache.dec_lock_ref(req.last_node)
-        self.req_to_token.free(req.row)
+        """A finished or retracted request gives up its row: its computed KV goes to the cache
+        (or back to the allocator) and its lock is dropped.  Slots allocated past ``kv_len``
+        must have been computed or returned with ``free_tail`` first."""
+        row = self._rows.table[req.row]
+        self._cache.cache_finished(req.fill_ids[: req.kv_len], row[: req.kv_len].long(), req.cached_len, req.last_node)
+        self._rows.free(req.row)
+        del self._live[req.row]
         req.row, req.last_node, req.kv_len, req.cached_len = None, None, 0, 0
         req.on_worker = False
 
-    def free_request_tail(self, req: Req, n: int) -> None:
-        """Return slots allocated for ``n`` positions after ``kv_len`` that were never used."""
-        row = self.req_to_token.table[req.row]
-        self.allocator.free(row[req.kv_len: req.kv_len + n].long().clone())
+    # ------------------------------------------------------------------ admin
+    def held(self) -> list[tuple[torch.Tensor, Optional[TreeNode]]]:
+        """(slots held, locked node) of every request holding a row, for the invariants."""
+        table = self._rows.table
+        return [(table[r][req.cached_len: req.kv_len].long(), req.last_node) for r, req in self._live.items()]
+
+    def check_invariants(self, held: Optional[Iterable[tuple[torch.Tensor, Any]]] = None) -> None:
+        """Raise AssertionError unless every slot is in exactly one state (``held``: the
+        requests' slots, ``held()`` by default)."""
+        check_memory_invariants(self._allocator, self._cache, self.held() if held is None else held)
+
+    def stats(self) -> dict[str, Any]:
+        s: dict[str, Any] = dict(self._cache.stats())
+        s.update(free_slots=self._allocator.available_size(), num_slots=self.capacity)
+        return s
+
+    def flush(self) -> bool:
+        """Drop every cached token; refused (False) while a running request locks any."""
+        return self._cache.flush()

@@ -13,17 +13,16 @@ from radixserve.scheduler.req import Req
 
 def take_output(req: Req, step_start: Optional[float]) -> Optional[ReqOutput]:
     """The delta since the previous call for ``req``; None when there is nothing new."""
-    sent = req.extra.get("sent_ids", 0)
-    sent_lp = req.extra.get("sent_lps", 0)
+    sent, sent_lp = req.sent_ids, req.sent_lps
     new_ids = req.output_ids[sent:]
-    if "queue_time" not in req.extra and step_start is not None and "arrival" in req.extra:
-        req.extra["queue_time"] = max(0.0, step_start - req.extra["arrival"])  # first step it took part in
+    if req.queue_time is None and step_start is not None and req.arrival is not None:
+        req.queue_time = max(0.0, step_start - req.arrival)  # first step it took part in
     if not new_ids and not req.finished:
         return None
     queue_time = None
-    if not req.extra.get("started"):
-        req.extra["started"] = True
-        queue_time = req.extra.get("queue_time")
+    if not req.started:
+        req.started = True
+        queue_time = req.queue_time
     out = ReqOutput(
         rid=req.rid, new_ids=list(new_ids), finish_reason=dict(req.finish_reason) if req.finish_reason else None,
         prompt_tokens=len(req.input_ids), cached_tokens=req.cached_tokens, completion_tokens=len(req.output_ids),
@@ -31,6 +30,6 @@ def take_output(req: Req, step_start: Optional[float]) -> Optional[ReqOutput]:
         skip_special_tokens=req.sampling.skip_special_tokens, stop_strs=tuple(req.sampling.stop_strs))
     if req.finished and req.return_logprob:
         out.input_logprobs = list(req.input_logprobs)
-    req.extra["sent_ids"] = len(req.output_ids)
-    req.extra["sent_lps"] = len(req.output_logprobs)
+    req.sent_ids = len(req.output_ids)
+    req.sent_lps = len(req.output_logprobs)
     return out

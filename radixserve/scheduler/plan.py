@@ -19,7 +19,8 @@ def make_step_req(req: Req, row: torch.Tensor, n: int, eos_ids: tuple[int, ...])
     sr = StepReq(req.rid, req.row, start, np.asarray(ids, dtype=np.int64),
                  row[start: start + n].numpy().astype(np.int64), sample, len(req.output_ids),
                  return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num)
-    if not req.on_worker or req.extra.pop("resync", False):
+    if not req.on_worker or req.resync:
+        req.resync = False
         sr.prefix_slots = row[:start].numpy().astype(np.int64)
     if not req.on_worker:
         sp = req.sampling

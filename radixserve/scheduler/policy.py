@@ -1,27 +1,35 @@
 """Waiting-queue ordering: longest prefix match (falling back to FCFS) or FCFS."""
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.scheduler.req import Req
 
 
-def order_waiting(waiting: list[Req], cache: RadixCache, policy: str, lpm_queue_limit: int) -> list[Req]:
+class PrefixLengths(Protocol):
+    def match_len(self, req: Req) -> int:
+        """How many leading tokens of ``req`` are cached (``KVManager.match_len``)."""
+        ...
+
+
+def order_waiting(waiting: list[Req], kv: PrefixLengths, policy: str, lpm_queue_limit: int) -> list[Req]:
     """Return the waiting requests in admission order.
 
     ``lpm`` sorts by the length of the cached prefix (longest first, FCFS among equals);
     past ``lpm_queue_limit`` waiting requests the tree walks cost more than they save, so
-    it falls back to FCFS, as SGLang does.
+    it falls back to FCFS, as SGLang does.  Without a prefix cache every length is 0, so
+    ``lpm`` keeps the FCFS order.
     """
-    if policy == "fcfs" or cache.disable or len(waiting) > lpm_queue_limit:
+    if policy == "fcfs" or len(waiting) > lpm_queue_limit:
         return list(waiting)
     if policy != "lpm":
         raise ValueError(f"schedule_policy: unknown policy {policy!r} (lpm|fcfs)")
     scored = []
     for i, req in enumerate(waiting):
-        slots, _ = cache.match_prefix(req.fill_ids[: req.prefix_match_limit()])
-        scored.append((-len(slots), i, req))
+        scored.append((-kv.match_len(req), i, req))
     scored.sort(key=lambda t: (t[0], t[1]))
     return [r for _, _, r in scored]
 

@@ -77,7 +77,7 @@ class SchedulerLoop:
     def add(self, msg: TokenizedRequest) -> None:
         req = Req(msg.rid, list(msg.input_ids), msg.sampling, msg.seed, msg.return_logprob,
                   msg.logprob_start_len, msg.top_logprobs_num)
-        req.extra["arrival"] = time.perf_counter()
+        req.arrival = time.perf_counter()
         try:
             self.sched.add_request(req)
         except ValueError as e:
@@ -123,7 +123,7 @@ class SchedulerLoop:
         for sr in step_reqs:
             req = by_rid.get(sr.rid)
             if req is not None and not req.finished:
-                self.sched.kv.free_request_tail(req, len(sr.input_ids))
+                self.sched.kv.free_tail(req, len(sr.input_ids))
                 self.sched.abort(req.rid, message)
 
     def emit(self, touched: list[Req], step_start: float) -> None:

@@ -1,42 +1,29 @@
 """Scheduler-side state of one request."""
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
+from radixserve.constrained.fsm_state import GrammarState
 from radixserve.ipc.messages import TokenLogprob
-from radixserve.mem_cache.radix_cache import TreeNode
+from radixserve.mem_cache.tree_node import TreeNode
+from radixserve.request import FinishReason, ReqStatus
 from radixserve.sampling_params import SamplingParams
-
-
-class FinishReason(dict):
-    """SGLang's finish_reason shape: {type: stop|length|abort, matched|length|message}."""
-
-    @classmethod
-    def stop(cls, matched: Any) -> "FinishReason":
-        return cls(type="stop", matched=matched)
-
-    @classmethod
-    def length(cls, length: int) -> "FinishReason":
-        return cls(type="length", length=length)
-
-    @classmethod
-    def abort(cls, message: str) -> "FinishReason":
-        return cls(type="abort", message=message)
-
-
-class ReqStatus(enum.Enum):
-    WAITING = 1
-    RUNNING = 2
-    FINISHED = 3
 
 
 @dataclass
 class Req:
-    """KV bookkeeping: ``row[:kv_len]`` hold computed KV; ``row[:cached_len]`` are owned by the
-    radix tree and locked through ``last_node``; ``row[cached_len:kv_len]`` are held by this
-    request alone."""
+    """One request as the scheduler thread sees it (only that thread reads or writes it).
+
+    KV bookkeeping (``row``, ``cached_len`` and ``last_node`` are written by ``KVManager`` only;
+    the scheduler advances ``kv_len`` after each step): ``row`` is the request's row of slots;
+    ``row[:kv_len]`` hold computed KV; ``row[:cached_len]`` are owned by the prefix cache and
+    locked through ``last_node``; ``row[cached_len:kv_len]`` are held by this request alone.
+
+    Output bookkeeping (``scheduler/outputs.py``): ``sent_ids``/``sent_lps`` count the output
+    tokens / logprobs already sent; ``arrival`` is when the scheduler received it
+    (``time.perf_counter``), ``queue_time`` the wait until its first step, reported once with
+    the first output (``started``)."""
 
     rid: str
     input_ids: list[int]
@@ -59,8 +46,13 @@ class Req:
     input_logprobs: list[Optional[TokenLogprob]] = field(default_factory=list)
     output_logprobs: list[TokenLogprob] = field(default_factory=list)
     retractions: int = 0
-    extra: dict = field(default_factory=dict)  # front-end data carried along (e.g. arrival time)
-    grammar: Optional[Any] = None  # constrained.fsm_state.GrammarState once the grammar is compiled
+    resync: bool = False  # the row was rewritten: the next step resends the worker's copy
+    grammar: Optional[GrammarState] = None  # set once the request's grammar is compiled
+    arrival: Optional[float] = None
+    queue_time: Optional[float] = None
+    started: bool = False
+    sent_ids: int = 0
+    sent_lps: int = 0
 
     @property
     def fill_ids(self) -> list[int]:

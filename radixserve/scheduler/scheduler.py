@@ -1,9 +1,13 @@
-"""Continuous batching over the radix cache.
+"""Continuous batching over the prefix cache.
 
 Each ``step()`` runs one model step: an extend (prefill) batch when waiting requests can
 be admitted, otherwise one decode step for every running request.  Admission reserves
 memory for the decode tokens requests will still need; when decode runs out anyway,
 requests are retracted (their computed KV stays cached) and re-queued.
+
+Single-threaded: every method runs on the thread that drives ``step()``.  Memory moves
+only through ``KVManager`` (never its table, allocator or cache); grammar decisions come
+from ``GrammarManager`` and are applied in ``grammar_steps.py``.
 """
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ from typing import Any, Callable, Optional, Protocol
 from radixserve.config import SchedulerConfig
 from radixserve.constrained.manager import GrammarManager, has_constraint
 from radixserve.ipc.messages import StepPlan, StepReq, StepResult
-from radixserve.mem_cache.invariants import check_memory_invariants
+from radixserve.request import FinishReason, ReqStatus
+from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.plan import make_step_req
 from radixserve.scheduler.policy import InBatchPrefixFilter, order_waiting
-from radixserve.scheduler.req import FinishReason, Req, ReqStatus
+from radixserve.scheduler.req import Req
 from radixserve.scheduler.stop import StopChecker
 
 logger = logging.getLogger(__name__)
@@ -46,7 +51,8 @@ class Scheduler:
         self.hooks: list[Callable[[Req], None]] = []  # called for every finished request
         # structured generation: requests waiting for their grammar, and requests whose
         # jump-forward tokens need an extend step (both empty without constrained requests)
-        self.grammars = GrammarManager(cfg, stop_checker.tokenizer, vocab_size, stop_checker.eos_ids)
+        self.grammars: GrammarManager[Req] = GrammarManager(cfg, stop_checker.tokenizer, vocab_size,
+                                                            stop_checker.eos_ids)
         self._forced: list[Req] = []
 
     # ------------------------------------------------------------------ requests
@@ -122,10 +128,13 @@ class Scheduler:
 
     def _grammars_ready(self) -> list[Req]:
         ready, failed = self.grammars.ready()
-        self.waiting.extend(ready)
-        for req in failed:
+        for req, gs in ready:
+            req.grammar = gs
+            self.waiting.append(req)
+        for req, reason in failed:
+            req.finish_reason = reason
             self._finish(req)
-        return failed
+        return [req for req, _ in failed]
 
     def _take_release(self) -> list[str]:
         out, self._release = self._release, []
@@ -141,12 +150,10 @@ class Scheduler:
         if self.chunked is not None:
             req = self.chunked
             n = min(req.fill_len - req.kv_len, chunk, token_budget)
-            slots = kv.alloc_slots(n)
-            if slots is None:
+            if not kv.alloc_extend([(req, n)]):
                 if not any(r.kv_len == r.fill_len - 1 for r in self.running):
                     self._retract(req)  # nothing can decode to free memory: start it over
                 return None, None
-            kv.extend_row(req, slots)
             batch.append((req, n))
             token_budget -= n
             if req.kv_len + n == req.fill_len:
@@ -158,28 +165,28 @@ class Scheduler:
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
 
     def _admit(self, batch: list, token_budget: int, chunk: int, reserve: float) -> None:
-        cfg, kv, cache = self.cfg, self.kv, self.kv.cache
+        cfg, kv = self.cfg, self.kv
         in_batch = InBatchPrefixFilter(cfg.in_batch_prefix_threshold if cfg.schedule_policy == "lpm" else 0)
-        for req in order_waiting(list(self.waiting), cache, cfg.schedule_policy, cfg.lpm_queue_limit):
+        for req in order_waiting(list(self.waiting), kv, cfg.schedule_policy, cfg.lpm_queue_limit):
             if len(self.running) >= cfg.max_running_requests or token_budget <= 0:
                 break
-            prefix, node = cache.match_prefix(req.fill_ids[: req.prefix_match_limit()])
-            if in_batch.should_defer(req.fill_ids, len(prefix)):
+            match = kv.match_and_lock(req)
+            if in_batch.should_defer(req.fill_ids, match.length):
+                kv.unlock(match)
                 continue
-            extend = req.fill_len - len(prefix)
+            extend = req.fill_len - match.length
             n = min(extend, chunk, token_budget)
-            cache.inc_lock_ref(node)
             future = req.remaining_new_tokens() * self.ratio + (extend - n)
             busy = bool(self.running) or bool(batch)
             if n > kv.available() or (busy and n + future + reserve > kv.available()):
-                cache.dec_lock_ref(node)
+                kv.unlock(match)
                 break
-            slots = kv.alloc_slots(n)
-            kv.admit(req, prefix, node, slots)
+            admitted = kv.admit(req, match, n)
+            assert admitted, "admission checked kv.available()"
             if not req.admitted_once:
                 req.admitted_once = True
-                req.cached_tokens = len(prefix)
-                cache.record_hit(len(prefix), len(req.input_ids))
+                req.cached_tokens = match.length
+                kv.record_hit(match.length, len(req.input_ids))
                 if req.return_logprob and req.logprob_start_len == 0:
                     req.input_logprobs.append(None)
             self.waiting.remove(req)
@@ -202,7 +209,6 @@ class Scheduler:
     def _forced_plan(self):
         """One extend step over the jump-forward tokens of ``self._forced`` plus one token for
         every decode-ready request, so a jump never stalls the rest of the batch."""
-        kv = self.kv
         pend = [r for r in self._forced if r.status == ReqStatus.RUNNING and not r.finished
                 and r is not self.chunked and r.kv_len < r.fill_len - 1]
         self._forced = []
@@ -210,15 +216,10 @@ class Scheduler:
             return None, None
         ready = [r for r in self.running if r.kv_len == r.fill_len - 1 and r is not self.chunked]
         batch = [(r, r.fill_len - r.kv_len) for r in pend] + [(r, 1) for r in ready]
-        slots = kv.alloc_slots(sum(n for _, n in batch))
-        if slots is None:  # no memory: the jumped requests start over from the cache
+        if not self.kv.alloc_extend(batch):  # no memory: the jumped requests start over from the cache
             for r in pend:
                 self._retract(r)
             return None, None
-        at = 0
-        for r, n in batch:
-            kv.extend_row(r, slots[at: at + n])
-            at += n
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
 
     # ------------------------------------------------------------------ decode
@@ -228,10 +229,7 @@ class Scheduler:
         touched: list[Req] = []
         if not ready:
             return None, None, touched
-        short = len(ready) - kv.allocator.available_size()
-        if short > 0:
-            kv.cache.evict(short)
-        while len(ready) > kv.allocator.available_size():
+        while not kv.make_room(len(ready)):
             holders = [r for r in self.running if r not in ready]  # mid-prefill requests
             if len(ready) > 1:
                 victim = min(ready, key=lambda r: (len(r.output_ids), -len(r.input_ids)))
@@ -245,14 +243,10 @@ class Scheduler:
                 touched.append(victim)
                 continue
             self._retract(victim)
-            kv.cache.evict(len(ready) - kv.allocator.available_size())
         if not ready:
             return None, None, touched
-        slots = kv.allocator.alloc(len(ready))
-        reqs = []
-        for req, slot in zip(ready, slots.tolist()):
-            kv.req_to_token.table[req.row, req.kv_len] = slot
-            reqs.append(self._step_req(req, 1))
+        kv.alloc_decode(ready)
+        reqs = [self._step_req(req, 1) for req in ready]
         self.ratio = max(self.cfg.new_token_ratio, self.ratio - 0.002)
         return StepPlan(True, reqs, self._take_release()), [(r, 1) for r in ready], touched
 
@@ -286,16 +280,14 @@ class Scheduler:
                     req.output_logprobs.append(out.next_logprob)
                 if req.grammar is None:
                     self.stops.check(req)
-                elif self.grammars.after_token(req):
-                    self.stops.check(req)
-                    if not req.finished and self.grammars.after_stop(req, self.cfg.enable_jump_forward):
-                        self._forced.append(req)
+                elif after_grammar_token(req, self.grammars, self.stops, self.cfg.enable_jump_forward):
+                    self._forced.append(req)
             elif req.kv_len == req.fill_len and req.remaining_new_tokens() == 0:
                 req.finish_reason = FinishReason.length(len(req.output_ids))
             if req.finished:
                 self._retire(req)
             elif not plan.decode and cache and self.kv.cache_unfinished(req):
-                req.extra["resync"] = True
+                req.resync = True
             touched.append(req)
         return touched
 
@@ -318,19 +310,14 @@ class Scheduler:
     def flush_cache(self) -> bool:
         if self.running:
             return False
-        return self.kv.cache.flush()
+        return self.kv.flush()
 
     def check_invariants(self) -> None:
-        held = []
-        for req in self.running:
-            row = self.kv.req_to_token.table[req.row]
-            held.append((row[req.cached_len: req.kv_len].long(), req.last_node))
-        check_memory_invariants(self.kv.allocator, self.kv.cache, held)
+        self.kv.check_invariants()
 
     def stats(self) -> dict[str, Any]:
-        s = dict(self.kv.cache.stats())
-        s.update(running=len(self.running), waiting=len(self.waiting), free_slots=self.kv.allocator.available_size(),
-                 num_slots=self.kv.capacity, retractions=self.num_retractions)
+        s = self.kv.stats()
+        s.update(running=len(self.running), waiting=len(self.waiting), retractions=self.num_retractions)
         if self.grammars.backend is not None:
             s.update(self.grammars.stats())
         return s

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from radixserve.scheduler.req import FinishReason, Req
+from radixserve.request import FinishReason
+from radixserve.scheduler.req import Req
 
 
 class StopChecker:

@@ -12,7 +12,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from radixserve.attention.base import ForwardBatch, ForwardMode, create_attention_backend
+from radixserve.attention.base import ForwardBatch, ForwardMode
+from radixserve.attention.registry import create_attention_backend
 from radixserve.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixserve.ipc.messages import StepOutput, StepPlan, StepResult, TokenLogprob
 from radixserve.mem_cache.kv_pool import KVPool

@@ -1,0 +1,43 @@
+"""The attention-backend factory: the one module that knows every backend.
+
+``attention/base.py`` holds only the interface; each backend module imports it, and this
+module imports the backends (lazily, so that importing radixserve never needs triton or
+flashinfer).
+"""
+from __future__ import annotations
+
+import torch
+
+from radixserve.attention.base import AttentionBackend
+from radixserve.mem_cache.kv_pool import KVPool
+
+
+def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device) -> AttentionBackend:
+    """Resolve ``--attention-backend`` (auto|torch_native|triton|flashinfer) to an instance.
+
+    auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise, torch_native
+    on CPU.
+    """
+    if name == "auto":
+        if device.type == "cuda":
+            try:
+                import flashinfer  # noqa: F401
+
+                name = "flashinfer"
+            except ImportError:
+                name = "triton"
+        else:
+            name = "torch_native"
+    if name == "torch_native":
+        from radixserve.attention.torch_native import TorchNativeBackend
+
+        return TorchNativeBackend(kv_pool)
+    if name == "triton":
+        from radixserve.attention.triton_backend import TritonBackend
+
+        return TritonBackend(kv_pool)
+    if name == "flashinfer":
+        from radixserve.attention.flashinfer_backend import FlashInferBackend
+
+        return FlashInferBackend(kv_pool)
+    raise ValueError(f"attention_backend: unknown backend {name!r} (auto|torch_native|triton|flashinfer)")
