@@ -77,7 +77,7 @@ class Engine:
         # owned by the driver thread: touch it only through run_on_driver (or while idle)
         self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
         self._driver = EngineDriver(self.scheduler, self.tokenizer)
-        self._finalizer = weakref.finalize(self, self._driver.close, False)
+        self._finalizer = weakref.finalize(self, self._driver.close)
 
     # ------------------------------------------------------------------ requests
     def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
@@ -123,9 +123,7 @@ class Engine:
                 yield item
             fut.result()  # raise the group's error, if any
         finally:
-            if not fut.done():
-                for rid in rids:
-                    self._driver.abort(rid, "stream closed")
+            self._abort_unfinished(fut, rids, "stream closed")
 
     async def async_generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                              return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0):
@@ -134,10 +132,8 @@ class Engine:
                                          top_logprobs_num)
         try:
             outs = await asyncio.wrap_future(fut)
-        finally:
-            if not fut.done():  # cancelled
-                for rid in rids:
-                    self._driver.abort(rid, "aborted by client")
+        finally:  # a cancelled task cancels ``fut``
+            self._abort_unfinished(fut, rids, "aborted by client")
         return outs if batched else outs[0]
 
     async def async_generate_stream(self, prompt: Prompt = None, sampling_params: Params = None,
@@ -158,12 +154,16 @@ class Engine:
                 yield item
             fut.result()
         finally:
-            if not fut.done():
-                for rid in rids:
-                    self._driver.abort(rid, "stream closed")
+            self._abort_unfinished(fut, rids, "stream closed")
 
     def abort(self, rid: str, message: str = "aborted by client") -> None:
+        """Abort one running sequence (its group's future still settles, with that finish_reason)."""
         self._driver.abort(rid, message)
+
+    def _abort_unfinished(self, fut: Future, rids: list[str], message: str) -> None:
+        if fut.cancelled() or not fut.done():
+            for rid in rids:
+                self._driver.abort(rid, message)
 
     # ------------------------------------------------------------------ admin (run on the driver thread)
     def run_on_driver(self, fn: Callable[[Scheduler], T], timeout: Optional[float] = None) -> T:
@@ -181,7 +181,7 @@ class Engine:
 
     def shutdown(self) -> None:
         """Stop the driver thread; running requests' futures fail.  Idempotent."""
-        self._finalizer()
+        self._finalizer.detach()
         self._driver.close()
 
     def __enter__(self) -> "Engine":

@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -30,6 +30,17 @@ from radixserve.scheduler.scheduler import Scheduler
 logger = logging.getLogger(__name__)
 
 OnUpdate = Callable[[OutputState], None]
+
+
+def _settle(fut: Future, result: Any = None, error: Optional[BaseException] = None) -> None:
+    """Set a future's outcome unless the caller cancelled it (e.g. a cancelled asyncio task)."""
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+    except InvalidStateError:
+        pass
 
 
 @dataclass
@@ -58,6 +69,7 @@ class EngineDriver:
         self._finished: list[Req] = []
         self._dead: Optional[BaseException] = None
         self._closed = False
+        self._lock = threading.Lock()  # no command enters the inbox once the driver stopped
         scheduler.hooks.append(self._finished.append)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -68,14 +80,11 @@ class EngineDriver:
         Rejection by the scheduler (e.g. OverflowError: queue full) fails the future and
         aborts the group's requests already added."""
         fut: Future = Future()
-        if self._dead is not None or self._closed:
-            fut.set_exception(RuntimeError(f"engine driver stopped: {self._dead or 'shut down'}"))
-            return fut
-        self._inbox.put(_Group(list(reqs), fut, on_update))
+        self._put(_Group(list(reqs), fut, on_update), fut)
         return fut
 
     def abort(self, rid: str, message: str = "aborted by client") -> None:
-        self._inbox.put(("abort", rid, message))
+        self._put(("abort", rid, message), None)
 
     def call(self, fn: Callable[[Scheduler], Any]) -> Future:
         """Future of ``fn(scheduler)``, run on the driver thread between steps (inline when
@@ -83,27 +92,35 @@ class EngineDriver:
         fut: Future = Future()
         if threading.current_thread() is self._thread:
             self._run_call(fn, fut)
-        elif self._dead is not None or self._closed:
-            fut.set_exception(RuntimeError(f"engine driver stopped: {self._dead or 'shut down'}"))
         else:
-            self._inbox.put(("call", fn, fut))
+            self._put(("call", fn, fut), fut)
         return fut
 
     def close(self, wait: bool = True) -> None:
-        """Stop the thread; pending futures fail.  Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put(None)
+        """Stop the thread; pending futures fail.  Idempotent; ``wait`` joins the thread."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._inbox.put(None)
         if wait and threading.current_thread() is not self._thread:
             self._thread.join(timeout=30)
+
+    def _put(self, item: Any, fut: Optional[Future]) -> None:
+        with self._lock:
+            if self._dead is None and not self._closed:
+                self._inbox.put(item)
+                return
+        if fut is not None:
+            _settle(fut, error=RuntimeError(f"engine driver stopped: {self._dead or 'shut down'}"))
 
     # ------------------------------------------------------------------ driver thread
     def _run_call(self, fn: Callable[[Scheduler], Any], fut: Future) -> None:
         try:
-            fut.set_result(fn(self.scheduler))
+            result = fn(self.scheduler)
         except BaseException as e:
-            fut.set_exception(e)
+            _settle(fut, error=e)
+        else:
+            _settle(fut, result)
 
     def _accept(self, item: Any) -> None:
         if isinstance(item, tuple):
@@ -121,7 +138,7 @@ class EngineDriver:
         except Exception as e:
             for r in added:
                 self.scheduler.abort(r.rid, "a request of the same group was refused")
-            group.future.set_exception(e)
+            _settle(group.future, error=e)
             return
         for i, r in enumerate(group.reqs):
             state = OutputState(r.rid, i, r.input_ids, r.return_logprob, r.logprob_start_len, r.top_logprobs_num)
@@ -131,7 +148,7 @@ class EngineDriver:
             self._tracks[r.rid] = track
         group.remaining = len(group.reqs)
         if not group.reqs:
-            group.future.set_result([])
+            _settle(group.future, [])
 
     def _drain(self, block: bool) -> bool:
         """Take every queued command (waiting for one when ``block``); False on close."""
@@ -169,13 +186,13 @@ class EngineDriver:
                 del self._tracks[rid]
                 group.remaining -= 1
                 if group.remaining == 0:
-                    group.future.set_result([t.state.to_native() for t in group.tracks])
+                    _settle(group.future, [t.state.to_native() for t in group.tracks])
 
     def _fail_all(self, error: BaseException) -> None:
-        self._dead = error
+        with self._lock:
+            self._dead = error
         for track in self._tracks.values():
-            if not track.group.future.done():
-                track.group.future.set_exception(error)
+            _settle(track.group.future, error=error)
         self._tracks = {}
         while True:  # fail what was queued meanwhile
             try:
@@ -183,9 +200,9 @@ class EngineDriver:
             except queue.Empty:
                 return
             if isinstance(item, _Group):
-                item.future.set_exception(error)
+                _settle(item.future, error=error)
             elif isinstance(item, tuple) and item[0] == "call":
-                item[2].set_exception(error)
+                _settle(item[2], error=error)
 
     def _loop(self) -> None:
         sched = self.scheduler

@@ -116,3 +116,23 @@ def test_closed_stream_aborts_and_shutdown_fails_new_calls(tiny_dir):
         eng.check_invariants()
     with pytest.raises(RuntimeError, match="shut down"):
         eng.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 1})
+
+
+def test_cancelled_async_request_is_aborted_and_the_engine_goes_on(tiny_engine):
+    long = {"max_new_tokens": 500, "ignore_eos": True, "temperature": 0}
+
+    async def main():
+        task = asyncio.ensure_future(tiny_engine.async_generate(input_ids=[70, 71], sampling_params=long))
+        agen = tiny_engine.async_generate_stream(input_ids=[72, 73], sampling_params=long)
+        await agen.__anext__()
+        await agen.aclose()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await tiny_engine.async_generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 3})
+
+    out = asyncio.run(main())
+    assert len(out["output_ids"]) <= 3
+    assert tiny_engine.stats()["running"] == 0 and _held(tiny_engine) == 0
+    tiny_engine.check_invariants()
