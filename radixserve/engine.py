@@ -102,9 +102,12 @@ class Engine:
     def generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                  return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0):
         """Run to completion; returns one result dict, or a list for batched input / n > 1."""
-        fut, _, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                      top_logprobs_num)
-        outs = fut.result()
+        fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                         top_logprobs_num)
+        try:
+            outs = fut.result()
+        finally:  # e.g. KeyboardInterrupt while waiting
+            self._abort_unfinished(fut, rids, "aborted by client")
         return outs if batched else outs[0]
 
     def generate_stream(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
