@@ -4,43 +4,63 @@
     out = eng.generate("The capital of France is", {"max_new_tokens": 16, "temperature": 0})
     for chunk in eng.generate_stream("Tell me a story", {"max_new_tokens": 64}):
         print(chunk["text"])
+
+Thread-safe: a driver thread of its own (``EngineDriver``) owns the scheduler; ``generate``,
+``generate_stream``, their async variants and the admin calls may come from any thread at
+once.  Requests go through the same front door (``RequestBuilder``) and output path
+(incremental detokenizer, ``OutputState``) as the server, so results and ``meta_info`` have
+the shape of the server's /generate.  Invalid input raises ValueError naming the field, in
+the calling thread; a full queue raises OverflowError.  ``shutdown()`` (or leaving a ``with``
+block) stops the driver; it also stops when the Engine is garbage-collected.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any, Iterator, Optional, Union
+import queue
+import weakref
+from concurrent.futures import Future
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, TypeVar, Union
 
 from radixserve.config import EngineConfig
-from radixserve.detokenizer.fast_tokenizer import eos_token_ids
-from radixserve.detokenizer.incremental import IncrementalDecoder, trim_stop
+from radixserve.engine_driver import EngineDriver
 from radixserve.model import loader
+from radixserve.output_state import OutputState
+from radixserve.request_builder import Limits, RequestBuilder
 from radixserve.sampling_params import SamplingParams
-from radixserve.scheduler.kv_manager import KVManager
+from radixserve.scheduler.build import build_scheduler, new_req
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler
-from radixserve.scheduler.stop import StopChecker
-from radixserve.utils import new_rid, tune_malloc
-from radixserve.worker.model_runner import ModelRunner, set_threads
+from radixserve.worker.build import build_worker
 
 logger = logging.getLogger(__name__)
 
 Prompt = Union[str, list[str], None]
 Params = Union[dict, SamplingParams, list, None]
+T = TypeVar("T")
+_END = object()
 
 
-def build_runtime(cfg: EngineConfig, show_progress: bool = False):
-    """Load model, tokenizer and KV pools; returns (scheduler, runner, tokenizer, hf_dir)."""
-    tune_malloc()
-    set_threads()
-    hf_dir = loader.resolve_hf_dir(cfg.model.path, show_progress)
-    tokenizer = loader.load_tokenizer(cfg.model.tokenizer_path or hf_dir)
-    if cfg.cache.page_size != 1:
-        raise ValueError("page_size: only page size 1 is implemented")
-    runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress)
-    kv = KVManager(runner.kv_pool.num_slots, runner.req_to_token.size, runner.context_len + 1, cfg.cache.disable_radix_cache)
-    stops = StopChecker(eos_token_ids(tokenizer, hf_dir), tokenizer)
-    sched = Scheduler(cfg.scheduler, runner, kv, runner.context_len, stops, runner.vocab_size)
-    return sched, runner, tokenizer, hf_dir
+def split_input(prompt: Prompt, input_ids: Any, sampling_params: Params, encode: Callable[[str], list[int]]):
+    """(prompts as token ids, one params entry per prompt, field names, batched) of Engine input."""
+    if (prompt is None) == (input_ids is None):
+        raise ValueError("text: give exactly one of prompt text or input_ids")
+    if prompt is not None:
+        batched = isinstance(prompt, list)
+        texts = prompt if batched else [prompt]
+        if not all(isinstance(p, str) for p in texts):
+            raise ValueError("text: must be a string or a list of strings")
+        ids_list = [encode(p) for p in texts]
+        field = "text"
+    else:
+        batched = bool(input_ids) and isinstance(input_ids[0], list)
+        ids_list = input_ids if batched else [input_ids]
+        if not all(isinstance(ids, (list, tuple)) and all(isinstance(t, int) for t in ids) for ids in ids_list):
+            raise ValueError("input_ids: must be a list of ints or a list of lists of ints")
+        field = "input_ids"
+    names = [f"{field}.{i}" if batched else field for i in range(len(ids_list))]
+    params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(ids_list)
+    return ids_list, params, names, batched
 
 
 class Engine:
@@ -50,107 +70,129 @@ class Engine:
     def __init__(self, model: Optional[str] = None, show_progress: bool = False,
                  config: Optional[EngineConfig] = None, **kwargs: Any) -> None:
         self.config = config or EngineConfig.from_kwargs(model, **kwargs)
-        self.scheduler, self.runner, self.tokenizer, self.model_path = build_runtime(self.config, show_progress)
+        self.runner, self.info = build_worker(self.config, show_progress)
+        self.model_path = self.info.hf_dir
+        self.tokenizer = loader.load_tokenizer(self.config.model.tokenizer_path or self.model_path)
+        self.builder = RequestBuilder(Limits.of(self.info))
+        # owned by the driver thread: touch it only through run_on_driver (or while idle)
+        self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
+        self._driver = EngineDriver(self.scheduler, self.tokenizer)
+        self._finalizer = weakref.finalize(self, self._driver.close)
 
     # ------------------------------------------------------------------ requests
-    def _make_reqs(self, prompt: Prompt, sampling_params: Params, input_ids, return_logprob: bool,
-                   logprob_start_len: int, top_logprobs_num: int) -> tuple[list[Req], bool]:
-        if (prompt is None) == (input_ids is None):
-            raise ValueError("text: give exactly one of prompt text or input_ids")
-        if prompt is not None:
-            batched = isinstance(prompt, list)
-            prompts = prompt if batched else [prompt]
-            if not all(isinstance(p, str) for p in prompts):
-                raise ValueError("text: must be a string or a list of strings")
-            ids_list = [self.tokenizer.encode(p) for p in prompts]
-        else:
-            batched = bool(input_ids) and isinstance(input_ids[0], list)
-            ids_list = input_ids if batched else [input_ids]
-            if not all(isinstance(t, int) for ids in ids_list for t in ids):
-                raise ValueError("input_ids: must be a list of ints or a list of lists of ints")
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(ids_list)
-        if len(params) != len(ids_list):
-            raise ValueError("sampling_params: a list must have one entry per prompt")
-        reqs = []
-        for ids, p in zip(ids_list, params):
-            sp = p if isinstance(p, SamplingParams) else SamplingParams.from_dict(p)
-            sp.verify(self.runner.vocab_size)
-            for i in range(sp.n):
-                copy = SamplingParams(**{**sp.__dict__, "n": 1})
-                seed = None if sp.seed is None else sp.seed + i
-                reqs.append(Req(new_rid(), list(ids), copy, seed, return_logprob, logprob_start_len, top_logprobs_num))
-        for r in reqs:
-            self.scheduler.validate(r)
-        return reqs, batched or len(reqs) > 1
+    def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
+                      return_logprob: bool = False, logprob_start_len: int = -1,
+                      top_logprobs_num: int = 0) -> tuple[list[Req], bool]:
+        """Validated, clamped, n-expanded scheduler requests and whether the result is a list.
+        Raises ValueError naming the field."""
+        ids_list, params, names, batched = split_input(prompt, input_ids, sampling_params, self.tokenizer.encode)
+        msgs = self.builder.build(ids_list, params, names, None, return_logprob, logprob_start_len,
+                                  top_logprobs_num)
+        return [new_req(m) for m in msgs], batched or len(msgs) > 1
 
-    def generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids=None,
+    def submit(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
+               return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
+               on_update: Optional[Callable[[OutputState], None]] = None) -> tuple[Future, list[str], bool]:
+        """Start a request group; returns (future of its result dicts, rids, batched).
+        ``on_update`` runs on the driver thread (see ``EngineDriver``)."""
+        reqs, batched = self.make_requests(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                           top_logprobs_num)
+        return self._driver.submit(reqs, on_update), [r.rid for r in reqs], batched
+
+    def generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                  return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0):
         """Run to completion; returns one result dict, or a list for batched input / n > 1."""
-        reqs, batched = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
-                                        logprob_start_len, top_logprobs_num)
-        for r in reqs:
-            self.scheduler.add_request(r)
-        while any(not r.finished for r in reqs):
-            self.scheduler.step()
-        outs = [self.result(r) for r in reqs]
+        fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                         top_logprobs_num)
+        try:
+            outs = fut.result()
+        finally:  # e.g. KeyboardInterrupt while waiting
+            self._abort_unfinished(fut, rids, "aborted by client")
         return outs if batched else outs[0]
 
-    def generate_stream(self, prompt: Prompt = None, sampling_params: Params = None, input_ids=None,
+    def generate_stream(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                         return_logprob: bool = False, logprob_start_len: int = -1,
                         top_logprobs_num: int = 0) -> Iterator[dict]:
-        """Yield result dicts with the cumulative ``text`` after every step that adds
-        readable text; ``index`` tells which request a chunk belongs to."""
-        reqs, _ = self._make_reqs(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                  top_logprobs_num)
-        decoders = {r.rid: IncrementalDecoder(self.tokenizer, r.sampling.skip_special_tokens) for r in reqs}
-        index = {r.rid: i for i, r in enumerate(reqs)}
-        sent = {r.rid: 0 for r in reqs}
-        for r in reqs:
-            self.scheduler.add_request(r)
+        """Yield result dicts with the cumulative ``text`` each time a request's visible text
+        grows, and once when it finishes; ``index`` tells which request a chunk belongs to.
+        The text never shrinks and never shows (the start of) a stop string.  Closing the
+        iterator early aborts what is still running."""
+        chunks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        fut, rids, _ = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                   top_logprobs_num, on_update=lambda st: chunks.put(_chunk(st)))
+        fut.add_done_callback(lambda _f: chunks.put(_END))
         try:
-            while any(not r.finished for r in reqs):
-                for r in self.scheduler.step():
-                    if r.rid not in decoders:
-                        continue
-                    dec = decoders[r.rid]
-                    delta = dec.add(r.output_ids[sent[r.rid]:])
-                    sent[r.rid] = len(r.output_ids)
-                    if r.finished:
-                        yield {**self.result(r), "index": index[r.rid]}
-                    elif delta:
-                        yield {"text": trim_stop(dec.text, r.finish_reason), "output_ids": list(r.output_ids),
-                               "meta_info": self._meta(r), "index": index[r.rid]}
+            while (item := chunks.get()) is not _END:
+                yield item
+            fut.result()  # raise the group's error, if any
         finally:
-            for r in reqs:
-                if not r.finished:
-                    self.scheduler.abort(r.rid, "stream closed")
+            self._abort_unfinished(fut, rids, "stream closed")
 
-    # ------------------------------------------------------------------ outputs
-    def result(self, req: Req) -> dict:
-        text = self.tokenizer.decode(req.output_ids, skip_special_tokens=req.sampling.skip_special_tokens)
-        return {"text": trim_stop(text, req.finish_reason), "output_ids": list(req.output_ids),
-                "meta_info": self._meta(req)}
+    async def async_generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
+                             return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0):
+        """``generate`` for asyncio callers (does not block the event loop)."""
+        fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                         top_logprobs_num)
+        try:
+            outs = await asyncio.wrap_future(fut)
+        finally:  # a cancelled task cancels ``fut``
+            self._abort_unfinished(fut, rids, "aborted by client")
+        return outs if batched else outs[0]
 
-    def _meta(self, req: Req) -> dict:
-        meta = {"id": req.rid, "finish_reason": dict(req.finish_reason) if req.finish_reason else None,
-                "prompt_tokens": len(req.input_ids), "completion_tokens": len(req.output_ids),
-                "cached_tokens": req.cached_tokens}
-        if req.return_logprob:
-            meta["input_token_logprobs"] = [None if t is None else (t.logprob, t.token_id, None)
-                                            for t in req.input_logprobs]
-            meta["output_token_logprobs"] = [(t.logprob, t.token_id, None) for t in req.output_logprobs]
-            if req.top_logprobs_num:
-                meta["input_top_logprobs"] = [None if t is None else [(lp, i, None) for lp, i in t.top]
-                                              for t in req.input_logprobs]
-                meta["output_top_logprobs"] = [[(lp, i, None) for lp, i in t.top] for t in req.output_logprobs]
-        return meta
+    async def async_generate_stream(self, prompt: Prompt = None, sampling_params: Params = None,
+                                    input_ids: Any = None, return_logprob: bool = False, logprob_start_len: int = -1,
+                                    top_logprobs_num: int = 0) -> AsyncIterator[dict]:
+        """``generate_stream`` for asyncio callers."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue = asyncio.Queue()
 
-    # ------------------------------------------------------------------ admin
+        def put(item: Any) -> None:
+            loop.call_soon_threadsafe(chunks.put_nowait, item)
+
+        fut, rids, _ = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                   top_logprobs_num, on_update=lambda st: put(_chunk(st)))
+        fut.add_done_callback(lambda _f: put(_END))
+        try:
+            while (item := await chunks.get()) is not _END:
+                yield item
+            fut.result()
+        finally:
+            self._abort_unfinished(fut, rids, "stream closed")
+
+    def abort(self, rid: str, message: str = "aborted by client") -> None:
+        """Abort one running sequence (its group's future still settles, with that finish_reason)."""
+        self._driver.abort(rid, message)
+
+    def _abort_unfinished(self, fut: Future, rids: list[str], message: str) -> None:
+        if fut.cancelled() or not fut.done():
+            for rid in rids:
+                self._driver.abort(rid, message)
+
+    # ------------------------------------------------------------------ admin (run on the driver thread)
+    def run_on_driver(self, fn: Callable[[Scheduler], T], timeout: Optional[float] = None) -> T:
+        """``fn(scheduler)`` on the driver thread, between steps; returns its result."""
+        return self._driver.call(fn).result(timeout)
+
     def flush_cache(self) -> bool:
-        return self.scheduler.flush_cache()
+        return self.run_on_driver(lambda s: s.flush_cache())
 
     def stats(self) -> dict:
-        return self.scheduler.stats()
+        return self.run_on_driver(lambda s: s.stats())
 
     def check_invariants(self) -> None:
-        self.scheduler.check_invariants()
+        self.run_on_driver(lambda s: s.check_invariants())
+
+    def shutdown(self) -> None:
+        """Stop the driver thread; running requests' futures fail.  Idempotent."""
+        self._finalizer.detach()
+        self._driver.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _chunk(state: OutputState) -> dict:
+    return {**state.to_native(), "index": state.index}

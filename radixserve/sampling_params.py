@@ -128,8 +128,3 @@ class SamplingParams:
         for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be a boolean")
-        if self.regex is not None or self.json_schema is not None or self.choices is not None:
-            from radixserve.constrained.spec import constraint_of
-
-            constraint_of(self)
-

@@ -35,9 +35,9 @@ def engine_backend(tiny_dir):
     be.shutdown()
 
 
-def _engine_idle_invariants(engine) -> None:
-    assert not engine.scheduler.has_work(), engine.stats()
-    engine.check_invariants()
+def _engine_idle_invariants(sched) -> None:
+    assert not sched.has_work(), sched.stats()
+    sched.check_invariants()
 
 
 @pytest.fixture(autouse=True)
@@ -53,9 +53,9 @@ def kv_invariants(request):
         assert s["held_slots"] == 0, s
     for be in (v for v in used if isinstance(v, EngineBackend)):
         deadline = time.time() + 30
-        while be.driver.call(lambda e: e.scheduler.has_work()).result(30) and time.time() < deadline:
+        while be.engine.run_on_driver(lambda s: s.has_work(), 30) and time.time() < deadline:
             time.sleep(0.1)
-        be.driver.call(_engine_idle_invariants).result(30)
+        be.engine.run_on_driver(_engine_idle_invariants, 30)
 
 
 @pytest.fixture(params=["http", "engine"])

@@ -18,32 +18,47 @@ import pytest
 from conftest import make_engine
 from constrained_cases import (JF_SCHEMAS, REGEX_TOKENS, REGEXES, SCHEMA_TOKENS, SCHEMAS, UNCONSTRAINED, valid)
 from radixserve.constrained.json_schema import int_regex, number_regex
+from radixserve.detokenizer.incremental import trim_stop
 
 PATHOLOGICAL = r"(a|b)*a(a|b){18}"  # the classic exponential DFA
 
 
 def set_jump_forward(eng, on: bool) -> None:
-    eng.scheduler.cfg = dataclasses.replace(eng.scheduler.cfg, enable_jump_forward=on)
+    def put(sched) -> None:
+        sched.cfg = dataclasses.replace(sched.cfg, enable_jump_forward=on)
+
+    eng.run_on_driver(put)
+
+
+def text_of(eng, req) -> str:
+    """The output text of a request driven through ``run_all``, as ``generate`` returns it."""
+    return trim_stop(eng.tokenizer.decode(req.output_ids, skip_special_tokens=True), req.finish_reason)
 
 
 def run_all(eng, prompts, params, check_every_step=False, input_ids=None):
-    """Add (text ``prompts`` or ``input_ids``), then step to completion; returns the requests."""
-    reqs, _ = eng._make_reqs(prompts, params, input_ids, False, -1, 0)
-    for r in reqs:
-        eng.scheduler.add_request(r)
-    steps = 0
-    while eng.scheduler.has_work():
-        eng.scheduler.step()
-        if check_every_step:
-            eng.check_invariants()
-        steps += 1
-        assert steps < 20000
-    eng.check_invariants()
+    """Add (text ``prompts`` or ``input_ids``), then step to completion on the engine's driver
+    thread (which owns the scheduler); returns the requests."""
+    reqs, _ = eng.make_requests(prompts, params, input_ids, False, -1, 0)
+
+    def drive(sched) -> None:
+        for r in reqs:
+            sched.add_request(r)
+        steps = 0
+        while sched.has_work():
+            sched.step()
+            if check_every_step:
+                eng.check_invariants()
+            steps += 1
+            assert steps < 20000
+        eng.check_invariants()
+
+    eng.run_on_driver(drive)
     return reqs
 
 
 # ---------------------------------------------------------------------- no model
 def test_invalid_constraints_raise_value_error(tiny_dir):
+    from radixserve.request_builder import verify_sampling
     from radixserve.sampling_params import SamplingParams
 
     cases = {
@@ -51,7 +66,7 @@ def test_invalid_constraints_raise_value_error(tiny_dir):
     }
     for field, (value, needle) in cases.items():
         with pytest.raises(ValueError, match=re.escape(needle)) as e:
-            SamplingParams(**{field: value}).verify(100)
+            verify_sampling(SamplingParams(**{field: value}), 100)
         assert f"sampling_params.{field}" in str(e.value)
     bad = [dict(regex="(?=a)b"), dict(regex=r"(a)\1"), dict(json_schema={"type": "foo"}),
            dict(json_schema={"type": "array", "uniqueItems": True}), dict(json_schema={"type": "number", "multipleOf": 2}),
@@ -60,11 +75,11 @@ def test_invalid_constraints_raise_value_error(tiny_dir):
            dict(choices="abc"), dict(regex="a", choices=["a"]), dict(regex=5)]
     for kw in bad:
         with pytest.raises(ValueError, match="sampling_params"):
-            SamplingParams(**kw).verify(100)
+            verify_sampling(SamplingParams(**kw), 100)
     eng = make_engine(tiny_dir)
     with pytest.raises(ValueError, match="unsupported or invalid schema: Unsupported type: foo"):
         eng.generate("x", {"json_schema": {"type": "foo"}})
-    assert eng.scheduler.grammars.backend is None  # nothing compiled, nothing started
+    assert eng.run_on_driver(lambda s: s.grammars.backend) is None  # nothing compiled, nothing started
 
 
 def test_vocabulary_bytes_match_the_tokenizer(smol_dir):
@@ -130,7 +145,7 @@ def test_tiny_mixed_batch(tiny_dir, temperature, jump):
         kinds.append(None)
     reqs = run_all(eng, prompts, params, check_every_step=True)
     for r, k in zip(reqs, kinds):
-        text = eng.result(r)["text"]
+        text = text_of(eng, r)
         if k is None:
             assert r.finish_reason["type"] == "length" and len(r.output_ids) == 24
             continue
@@ -178,23 +193,28 @@ def test_compile_timeout_fails_only_its_request(tiny_dir):
     prompts = ["slow", "free one", "free two", "fast"]
     params = [{"regex": PATHOLOGICAL, "max_new_tokens": 30}, {"max_new_tokens": 12, "ignore_eos": True},
               {"max_new_tokens": 12, "ignore_eos": True}, {"regex": "[0-9]{3}", "max_new_tokens": 8}]
-    reqs, _ = eng._make_reqs(prompts, params, None, False, -1, 0)
-    t0 = time.monotonic()
-    for r in reqs:
-        eng.scheduler.add_request(r)
-    tokens_while_compiling, slowest_step = 0, 0.0
-    while eng.scheduler.has_work():
-        t = time.monotonic()
-        eng.scheduler.step()
-        if not reqs[0].finished:
-            slowest_step = max(slowest_step, time.monotonic() - t)
-            tokens_while_compiling = len(reqs[1].output_ids) + len(reqs[2].output_ids)
-        assert time.monotonic() - t0 < 120
+    reqs, _ = eng.make_requests(prompts, params, None, False, -1, 0)
+
+    def drive(sched) -> tuple[int, float]:  # on the engine's driver thread, which owns the scheduler
+        t0 = time.monotonic()
+        for r in reqs:
+            sched.add_request(r)
+        tokens_while_compiling, slowest_step = 0, 0.0
+        while sched.has_work():
+            t = time.monotonic()
+            sched.step()
+            if not reqs[0].finished:
+                slowest_step = max(slowest_step, time.monotonic() - t)
+                tokens_while_compiling = len(reqs[1].output_ids) + len(reqs[2].output_ids)
+            assert time.monotonic() - t0 < 120
+        return tokens_while_compiling, slowest_step
+
+    tokens_while_compiling, slowest_step = eng.run_on_driver(drive)
     slow, a, b, fast = reqs
     assert slow.finish_reason["type"] == "abort" and "timed out after 2 s" in slow.finish_reason["message"]
     assert tokens_while_compiling > 0 and slowest_step < 0.5  # the batch ran on while the pattern compiled
     assert len(a.output_ids) == len(b.output_ids) == 12
-    assert fast.finish_reason["type"] == "stop" and re.fullmatch("[0-9]{3}", eng.result(fast)["text"])
+    assert fast.finish_reason["type"] == "stop" and re.fullmatch("[0-9]{3}", text_of(eng, fast))
     # the pool recovers; the timeout is cached, so the same pattern fails at once
     o = eng.generate("again", {"regex": "(x|y)z", "max_new_tokens": 5})
     assert o["text"] in ("xz", "yz")
@@ -206,11 +226,15 @@ def test_compile_timeout_fails_only_its_request(tiny_dir):
 
 def test_abort_while_compiling(tiny_dir):
     eng = make_engine(tiny_dir, grammar_compile_timeout=3.0)
-    reqs, _ = eng._make_reqs(["p"], {"regex": PATHOLOGICAL + "c"}, None, False, -1, 0)
-    eng.scheduler.add_request(reqs[0])
-    eng.scheduler.step()
-    assert eng.scheduler.abort(reqs[0].rid, "client gone") is reqs[0]
-    assert reqs[0].finish_reason == {"type": "abort", "message": "client gone"} and not eng.scheduler.has_work()
+    reqs, _ = eng.make_requests(["p"], {"regex": PATHOLOGICAL + "c"}, None, False, -1, 0)
+
+    def drive(sched) -> None:  # on the engine's driver thread, which owns the scheduler
+        sched.add_request(reqs[0])
+        sched.step()
+        assert sched.abort(reqs[0].rid, "client gone") is reqs[0]
+        assert reqs[0].finish_reason == {"type": "abort", "message": "client gone"} and not sched.has_work()
+
+    eng.run_on_driver(drive)
 
 
 def test_budget_with_grammars_and_jump_forward(tiny_dir):
@@ -228,9 +252,13 @@ def test_budget_with_grammars_and_jump_forward(tiny_dir):
     eng = make_engine(tiny_dir, max_total_tokens=400, chunked_prefill_size=32, new_token_ratio=0.05)
     reqs = run_all(eng, None, params, check_every_step=True, input_ids=prompts)
     assert [r.output_ids for r in reqs] == ref
-    assert eng.scheduler.num_retractions > 0 and eng.stats()["grammar_jumps"] > 0
-    s = eng.scheduler.kv.stats()
-    assert s["protected_size"] == 0 and s["free_slots"] + s["evictable_size"] == eng.scheduler.kv.capacity
+    assert eng.stats()["retractions"] > 0 and eng.stats()["grammar_jumps"] > 0
+
+    def check_kv(sched) -> None:
+        s = sched.kv.stats()
+        assert s["protected_size"] == 0 and s["free_slots"] + s["evictable_size"] == sched.kv.capacity
+
+    eng.run_on_driver(check_kv)
 
 
 # ---------------------------------------------------------------------- SmolLM2

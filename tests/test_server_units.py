@@ -7,10 +7,13 @@ from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
 from radixserve.detokenizer.process import DetokState, safe_text_len
 from radixserve.ipc.io_struct import ReqOutput
 from radixserve.sampling_params import SamplingParams
+from radixserve.config import EngineConfig
+from radixserve.scheduler.build import build_scheduler
 from radixserve.scheduler.outputs import take_output
 from radixserve.scheduler.process import SchedulerLoop
 from radixserve.scheduler.req import Req
 from radixserve.server.protocol import validation_message
+from radixserve.worker.build import build_worker
 from radixserve.worker.remote import WorkerStepError
 
 
@@ -56,8 +59,10 @@ def test_validation_message_names_the_field():
 
 
 def test_failed_step_aborts_only_its_requests(tiny_dir):
-    eng = make_engine(tiny_dir, max_total_tokens=2048)
-    sched, real = eng.scheduler, eng.scheduler.worker
+    # the scheduler process's wiring (worker/build + scheduler/build), here over a local runner
+    cfg = EngineConfig.from_kwargs(tiny_dir, dtype="float32", max_total_tokens=2048)
+    real, info = build_worker(cfg, show_progress=False)
+    sched = build_scheduler(cfg, real, info, load_light_tokenizer(tiny_dir))
 
     class Flaky:
         def step(self, plan):

@@ -3,10 +3,10 @@
     backend = Runtime("path/or/hf-id", dtype="float32")        # builds an Engine
     backend = EngineBackend(existing_engine)                    # wraps one you built
 
-Requests go through an ``EngineDriver`` (one thread owns the scheduler), so fork branches
-and run_batch programs run concurrently as on a server.  Results, meta_info and error
-messages have the shape of the server's /generate; invalid parameters raise
-``BackendError(message, 400)`` with the same message the server would send.
+A thin client of the Engine's public, thread-safe API (``generate`` / ``generate_stream``):
+fork branches and run_batch programs run concurrently as on a server.  Results, meta_info
+and error messages have the shape of the server's /generate (the Engine shares the server's
+request builder and output path); invalid parameters raise ``BackendError(message, 400)``.
 """
 from __future__ import annotations
 
@@ -14,30 +14,35 @@ import threading
 from typing import Any, Callable, Optional
 
 from frontend_lang.backend.base import Backend, TokenLogprob, finish_error
-from frontend_lang.backend.engine_driver import EngineDriver
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.errors import BackendError
 
 
 class EngineBackend(Backend):
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, owns_engine: bool = False) -> None:
         self.engine = engine
-        self.driver = EngineDriver(engine)
+        self.owns_engine = owns_engine
         self._lock = threading.Lock()
         self._template: Optional[ChatTemplate] = None
 
     def _run(self, prompt: Any, sampling_params: Any, input_ids: Any = None, return_logprob: bool = False,
              logprob_start_len: int = -1, top_logprobs_num: int = 0,
              on_text: Optional[Callable[[int, str], None]] = None) -> list[dict[str, Any]]:
+        args = (prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num)
         try:
-            reqs, _ = self.engine._make_reqs(prompt, sampling_params, input_ids, return_logprob,
-                                             logprob_start_len, top_logprobs_num)
-        except (ValueError, TypeError) as e:
-            raise BackendError(str(e), 400) from None
-        try:
-            outs = self.driver.submit(reqs, on_text).result()
-        except (ValueError, OverflowError) as e:
-            raise BackendError(str(e), 400 if isinstance(e, ValueError) else 503) from None
+            if on_text is None:
+                outs = self.engine.generate(*args)
+                outs = outs if isinstance(outs, list) else [outs]
+            else:
+                finals: dict[int, dict[str, Any]] = {}
+                for chunk in self.engine.generate_stream(*args):
+                    if chunk["meta_info"]["finish_reason"] is None:
+                        on_text(chunk["index"], chunk["text"])
+                    else:
+                        finals[chunk["index"]] = chunk
+                outs = [finals[i] for i in sorted(finals)]
+        except (ValueError, TypeError, OverflowError) as e:
+            raise BackendError(str(e), 503 if isinstance(e, OverflowError) else 400) from None
         except Exception as e:
             raise BackendError(f"engine error: {type(e).__name__}: {e}", 500) from e
         for o in outs:
@@ -61,7 +66,7 @@ class EngineBackend(Backend):
 
     def _add_token_text(self, meta: dict[str, Any]) -> None:
         def fill(entries: list) -> list:
-            return [None if e is None else (e[0], e[1], self.engine.tokenizer.decode([e[1]])) for e in entries]
+            return [[e[0], e[1], self.engine.tokenizer.decode([e[1]])] for e in entries]
 
         for key in ("input_token_logprobs", "output_token_logprobs"):
             meta[key] = fill(meta[key])
@@ -75,12 +80,7 @@ class EngineBackend(Backend):
     def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int) -> list[list[TokenLogprob]]:
         outs = self._run(None, {"max_new_tokens": 0}, input_ids=[list(i) for i in input_ids], return_logprob=True,
                          logprob_start_len=logprob_start_len)
-        result = []
-        for ids, o in zip(input_ids, outs):
-            start = max(logprob_start_len, 0)
-            entries = o["meta_info"]["input_token_logprobs"]
-            result.append([(None, ids[start + i]) if e is None else (e[0], e[1]) for i, e in enumerate(entries)])
-        return result
+        return [[(e[0], e[1]) for e in o["meta_info"]["input_token_logprobs"]] for o in outs]
 
     def chat_template(self) -> ChatTemplate:
         with self._lock:
@@ -93,7 +93,8 @@ class EngineBackend(Backend):
             return self._template
 
     def shutdown(self) -> None:
-        self.driver.close()
+        if self.owns_engine:
+            self.engine.shutdown()
 
 
 class Runtime(EngineBackend):
@@ -103,4 +104,4 @@ class Runtime(EngineBackend):
     def __init__(self, model_path: Optional[str] = None, **engine_options: Any) -> None:
         from radixserve.engine import Engine
 
-        super().__init__(Engine(model_path, **engine_options))
+        super().__init__(Engine(model_path, **engine_options), owns_engine=True)

@@ -23,12 +23,12 @@ import zmq
 
 from radixserve.config import EngineConfig
 from radixserve.ipc.io_struct import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError, SchedulerStats,
-                                      TokenizedRequest, WorkerInfo)
+                                      TokenizedRequest)
 from radixserve.ipc.zmq_utils import IPCAddrs, drain, make_socket, send_obj
 from radixserve.proc import setup_child
+from radixserve.scheduler.build import build_scheduler, new_req
 from radixserve.scheduler.outputs import take_output
 from radixserve.scheduler.req import Req
-from radixserve.scheduler.scheduler import Scheduler
 from radixserve.worker.remote import RemoteWorker, WorkerStepError
 
 logger = logging.getLogger(__name__)
@@ -36,17 +36,6 @@ logger = logging.getLogger(__name__)
 IDLE_POLL_MS = 1000
 INVARIANT_CHECK_MAX_SLOTS = 1 << 18  # the full memory check walks every slot: only by default on small pools
 STATS_INTERVAL = 0.5
-
-
-def build_scheduler(cfg: EngineConfig, worker: Any, info: WorkerInfo, tokenizer: Any) -> Scheduler:
-    """The same wiring as ``engine.build_runtime``, with the pool sizes the worker reported."""
-    from radixserve.detokenizer.fast_tokenizer import eos_token_ids
-    from radixserve.scheduler.kv_manager import KVManager
-    from radixserve.scheduler.stop import StopChecker
-
-    kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache)
-    stops = StopChecker(eos_token_ids(tokenizer, info.hf_dir), tokenizer)
-    return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size)
 
 
 class SchedulerLoop:
@@ -75,8 +64,7 @@ class SchedulerLoop:
             logger.warning("ignoring unknown message %r", type(msg).__name__)
 
     def add(self, msg: TokenizedRequest) -> None:
-        req = Req(msg.rid, list(msg.input_ids), msg.sampling, msg.seed, msg.return_logprob,
-                  msg.logprob_start_len, msg.top_logprobs_num)
+        req = new_req(msg)  # validated and clamped by the server's RequestBuilder
         req.arrival = time.perf_counter()
         try:
             self.sched.add_request(req)

@@ -56,26 +56,9 @@ class Scheduler:
         self._forced: list[Req] = []
 
     # ------------------------------------------------------------------ requests
-    def validate(self, req: Req) -> None:
-        """Raise ValueError naming the bad field; clamps max_new_tokens to the context."""
-        n = len(req.input_ids)
-        if n == 0:
-            raise ValueError("input_ids: the prompt is empty")
-        if min(req.input_ids) < 0 or max(req.input_ids) >= self.vocab_size:
-            raise ValueError(f"input_ids: token ids must be in [0, {self.vocab_size})")
-        if n >= self.context_len:
-            raise ValueError(f"input_ids: the prompt has {n} tokens; the context length is {self.context_len}")
-        if n + 1 > self.kv.capacity:
-            raise ValueError(f"input_ids: the prompt has {n} tokens; the KV pool holds {self.kv.capacity}")
-        req.sampling.verify(self.vocab_size)
-        room = min(self.context_len, self.kv.capacity) - n
-        req.sampling.max_new_tokens = min(req.sampling.max_new_tokens, room)
-        req.sampling.min_new_tokens = min(req.sampling.min_new_tokens, req.sampling.max_new_tokens)
-        if req.return_logprob and req.logprob_start_len >= 0:
-            req.logprob_start_len = min(req.logprob_start_len, n - 1)
-
     def add_request(self, req: Req) -> None:
-        self.validate(req)
+        """Queue a request validated and clamped by ``radixserve.request_builder`` (not re-checked
+        here); raises OverflowError when the waiting queue is full."""
         if (self.cfg.max_queued_requests is not None
                 and len(self.waiting) + len(self.grammars.waiting) >= self.cfg.max_queued_requests):
             raise OverflowError("the waiting queue is full")

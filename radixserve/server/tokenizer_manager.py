@@ -22,14 +22,11 @@ from radixserve.ipc.io_struct import (AbortReq, BatchReqOutput, ControlReply, Co
                                       TokenizedRequest, WorkerInfo)
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, send_obj
 from radixserve.metrics import Metrics
-from radixserve.sampling_params import SamplingParams
+from radixserve.request_builder import Limits, RequestBuilder
 from radixserve.server.chat_template import ChatEncoder
 from radixserve.server.req_state import ReqState, RequestError
 
 logger = logging.getLogger(__name__)
-
-MAX_TOP_LOGPROBS = 64  # top-k logprobs travel per token (prompt ones too): bound the message size
-MAX_SEQUENCES = 1024  # prompts x n of one HTTP request
 
 
 class TokenizerManager:
@@ -37,7 +34,7 @@ class TokenizerManager:
         self.tokenizer = tokenizer
         self.chat = ChatEncoder(tokenizer, tokenizer_path)
         self.info = info
-        self.capacity = info.num_slots - 1
+        self.builder = RequestBuilder(Limits.of(info))
         self.to_sched = make_socket(zmq.Context.instance(), zmq.PUSH, addrs.server_to_sched, bind=False)
         self.from_detok = make_socket(zmq.asyncio.Context.instance(), zmq.PULL, addrs.detok_to_server, bind=True)
         self.states: dict[str, ReqState] = {}
@@ -72,49 +69,23 @@ class TokenizerManager:
         return text
 
     def check_prompt(self, ids: list[int], name: str) -> None:
-        if not ids:
-            raise RequestError(400, f"{name}: the prompt is empty")
-        vocab = self.info.vocab_size
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise RequestError(400, f"{name}: token ids must be in [0, {vocab})")
-        limit = min(self.info.context_len, self.capacity)
-        if len(ids) >= limit:
-            raise RequestError(400, f"{name}: the prompt has {len(ids)} tokens; at most {limit - 1} fit "
-                                    f"(context length {self.info.context_len}, KV pool {self.capacity})")
+        """RequestError(400) naming ``name`` unless ``ids`` is a usable prompt (``RequestBuilder``)."""
+        try:
+            self.builder.check_prompt(ids, name)
+        except ValueError as e:
+            raise RequestError(400, str(e)) from None
 
     def build(self, prompts: list[list[int]], params: list[dict], names: list[str], rids: Optional[list[str]],
               return_logprob: bool = False, logprob_start_len: int = -1,
               top_logprobs_num: int = 0) -> list[TokenizedRequest]:
-        """Validate and expand prompts (each with its sampling-param dict) into sequences;
-        copy j of an n > 1 prompt gets seed + j.  Raises RequestError(400)."""
-        if logprob_start_len < -1:
-            raise RequestError(400, "logprob_start_len: must be >= -1")
-        if not 0 <= top_logprobs_num <= MAX_TOP_LOGPROBS:
-            raise RequestError(400, f"top_logprobs_num: must be in [0, {MAX_TOP_LOGPROBS}]")
-        if rids is not None and len(rids) != len(prompts):
-            raise RequestError(400, "rid: a list must have one entry per prompt")
-        out: list[TokenizedRequest] = []
-        taken: set[str] = set()
-        for i, (ids, p, name) in enumerate(zip(prompts, params, names)):
-            self.check_prompt(ids, name)
-            try:
-                sp = SamplingParams.from_dict(p)
-                sp.verify(self.info.vocab_size)
-            except (ValueError, TypeError) as e:
-                raise RequestError(400, str(e)) from None
-            if len(out) + sp.n > MAX_SEQUENCES:
-                raise RequestError(400, f"n: at most {MAX_SEQUENCES} sequences per request (prompts x n)")
-            base = rids[i] if rids is not None else uuid.uuid4().hex
-            for j in range(sp.n):
-                rid = base if sp.n == 1 else f"{base}-{j}"
-                if rid in self.states or rid in taken:
-                    raise RequestError(400, f"rid: {rid!r} is already in use")
-                taken.add(rid)
-                one = SamplingParams(**{**sp.__dict__, "n": 1})
-                seed = None if sp.seed is None else sp.seed + j
-                out.append(TokenizedRequest(rid, list(ids), one, seed, return_logprob, logprob_start_len,
-                                            top_logprobs_num))
-        return out
+        """Validate, clamp and expand prompts (each with its sampling-param dict) into sequences
+        through the shared ``RequestBuilder``; copy j of an n > 1 prompt gets seed + j.
+        Raises RequestError(400) naming the field."""
+        try:
+            return self.builder.build(prompts, params, names, rids, return_logprob, logprob_start_len,
+                                      top_logprobs_num, in_use=self.states.__contains__)
+        except (ValueError, TypeError) as e:
+            raise RequestError(400, str(e)) from None
 
     # ------------------------------------------------------------------ lifecycle of a group
     def submit(self, reqs: list[TokenizedRequest]) -> list[ReqState]:
@@ -123,7 +94,8 @@ class TokenizerManager:
         group: asyncio.Queue = asyncio.Queue()
         states = []
         for i, r in enumerate(reqs):
-            st = ReqState(r.rid, i, r.input_ids, group, r.return_logprob, r.logprob_start_len, r.top_logprobs_num)
+            st = ReqState(r.rid, i, r.input_ids, r.return_logprob, r.logprob_start_len, r.top_logprobs_num,
+                          group=group)
             self.states[r.rid] = st
             states.append(st)
             send_obj(self.to_sched, r)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import zmq
 
 from radixserve.config import EngineConfig
-from radixserve.ipc.io_struct import WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.proc import setup_child
 
@@ -27,32 +26,15 @@ class WorkerError:
     message: str
 
 
-def load_runner(cfg: EngineConfig, show_progress: bool = True):
-    """Build the ModelRunner exactly as ``engine.build_runtime`` does; returns (runner, info)."""
-    from radixserve.model import loader
-    from radixserve.utils import tune_malloc
-    from radixserve.worker.model_runner import ModelRunner, set_threads
-
-    if cfg.cache.page_size != 1:
-        raise ValueError("page_size: only page size 1 is implemented")
-    tune_malloc()
-    set_threads()
-    hf_dir = loader.resolve_hf_dir(cfg.model.path, show_progress)
-    runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress)
-    num_slots = runner.kv_pool.num_slots
-    info = WorkerInfo(num_slots=num_slots, max_rows=runner.req_to_token.size, context_len=runner.context_len,
-                      vocab_size=runner.vocab_size, dtype=str(runner.dtype).removeprefix("torch."),
-                      device=str(runner.device), hf_dir=hf_dir)
-    return runner, info
-
-
 def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, parent_pid: int) -> None:
     """Process entry point (spawned by the launcher)."""
     setup_child("worker", log_level, parent_pid)
     from tqdm import tqdm
 
+    from radixserve.worker.build import build_worker  # here: the scheduler imports this module too
+
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: SIGTERM would leak it
-    runner, info = load_runner(cfg)
+    runner, info = build_worker(cfg)
     logger.info("model loaded from %s: %s on %s, %d KV slots", info.hf_dir, info.dtype, info.device, info.num_slots)
     ctx = zmq.Context()
     plans = make_socket(ctx, zmq.PULL, addrs.sched_to_worker, bind=True)

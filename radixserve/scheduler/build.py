@@ -1,0 +1,30 @@
+"""Builds the scheduler over a model worker, from the ``WorkerInfo`` that worker reported.
+
+Used by the scheduler process (over a ``RemoteWorker``) and by the in-process ``Engine`` (over
+the local ``ModelRunner``).  ``new_req`` turns a validated ``TokenizedRequest`` (see
+``radixserve.request_builder``) into the scheduler's ``Req``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from radixserve.config import EngineConfig
+from radixserve.detokenizer.fast_tokenizer import eos_token_ids
+from radixserve.ipc.io_struct import TokenizedRequest, WorkerInfo
+from radixserve.scheduler.kv_manager import KVManager
+from radixserve.scheduler.req import Req
+from radixserve.scheduler.scheduler import Scheduler, Worker
+from radixserve.scheduler.stop import StopChecker
+
+
+def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokenizer: Any) -> Scheduler:
+    """A ``Scheduler`` driving ``worker`` with the pool sizes ``info`` reports."""
+    kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache)
+    stops = StopChecker(eos_token_ids(tokenizer, info.hf_dir), tokenizer)
+    return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size)
+
+
+def new_req(msg: TokenizedRequest) -> Req:
+    """The scheduler's ``Req`` for one validated sequence (its prompt list is copied)."""
+    return Req(msg.rid, list(msg.input_ids), msg.sampling, msg.seed, msg.return_logprob, msg.logprob_start_len,
+               msg.top_logprobs_num)

@@ -1,0 +1,30 @@
+"""Builds the model worker: weights, KV pools, attention and sampler, and the limits it reports.
+
+Used by the worker process and by the in-process ``Engine`` (the one place the worker is wired).
+"""
+from __future__ import annotations
+
+from radixserve.config import EngineConfig
+from radixserve.ipc.io_struct import WorkerInfo
+from radixserve.model import loader
+from radixserve.utils import tune_malloc
+from radixserve.worker.model_runner import ModelRunner, set_threads
+
+
+def check_config(cfg: EngineConfig) -> None:
+    """Raise ValueError naming an option this runtime does not implement."""
+    if cfg.cache.page_size != 1:
+        raise ValueError("page_size: only page size 1 is implemented")
+
+
+def build_worker(cfg: EngineConfig, show_progress: bool = True) -> tuple[ModelRunner, WorkerInfo]:
+    """Load the model; returns (ModelRunner, the WorkerInfo it reports to the scheduler)."""
+    check_config(cfg)
+    tune_malloc()
+    set_threads()
+    hf_dir = loader.resolve_hf_dir(cfg.model.path, show_progress)
+    runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress)
+    info = WorkerInfo(num_slots=runner.kv_pool.num_slots, max_rows=runner.req_to_token.size,
+                      context_len=runner.context_len, vocab_size=runner.vocab_size,
+                      dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir)
+    return runner, info
