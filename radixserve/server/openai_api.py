@@ -15,7 +15,7 @@ from typing import Any, Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from radixserve.server.http_utils import parse_body
+from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
 from radixserve.server.protocol import ChatCompletionRequest, CompletionRequest, _OpenAIBase
 from radixserve.server.req_state import ReqState, RequestError
 
@@ -68,8 +68,7 @@ def usage(states: list[ReqState], n: int) -> dict[str, Any]:
 
 
 def openai_router(ctx: Any) -> APIRouter:
-    from radixserve.server.app import first_and_rest, stream_response
-
+    """The OpenAI routes over ``ctx`` (the app's ``ServerContext``)."""
     tm = ctx.tm
     router = APIRouter()
 

@@ -10,7 +10,8 @@ import dataclasses
 import typing
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
+from pydantic_core import PydanticCustomError
 
 from radixserve.sampling_params import SamplingParams
 
@@ -33,19 +34,92 @@ def _sampling_model() -> type[_SamplingBase]:
 SamplingParamsIn = _sampling_model()
 
 
-class GenerateReqInput(BaseModel):
-    """POST /generate (SGLang field names)."""
+def _unset(value: Any) -> bool:
+    """A default of SGLang's: None, False, 0, "" or an empty/all-unset list or dict."""
+    if isinstance(value, (list, tuple)):
+        return all(_unset(v) for v in value)
+    if isinstance(value, dict):
+        return not value
+    return value is None or value is False or value == 0 or value == ""
 
-    model_config = ConfigDict(allow_inf_nan=False)
+
+# Fields of SGLang's GenerateReqInput that would change the result or the response's shape
+# and that this server cannot honour: a 400 naming the field when set to anything but
+# their default (None / False / 0 / an empty list).
+UNSUPPORTED_WHEN_SET: dict[str, str] = {
+    "input_embeds": "input embeddings are not supported (give text or input_ids)",
+    "image_data": "this server serves text-only models",
+    "video_data": "this server serves text-only models",
+    "audio_data": "this server serves text-only models",
+    "token_ids_logprob": "logprobs of chosen token ids are not supported (use top_logprobs_num)",
+    "return_hidden_states": "hidden states are not returned by this server",
+    "return_routed_experts": "this server serves dense models (no experts)",
+    "session_params": "sessions are not supported",
+    "lora_path": "LoRA adapters are not supported",
+    "lora_id": "LoRA adapters are not supported",
+    "custom_logit_processor": "custom logit processors are not supported",
+    "require_reasoning": "reasoning parsers are not supported",
+    "background": "background requests are not supported",
+    "return_bytes": "output bytes are not returned by this server",
+    "return_entropy": "entropy is not returned by this server",
+}
+
+# Fields of SGLang's GenerateReqInput accepted and ignored: scheduling, routing,
+# disaggregation, logging and multimodal hints with no effect on a single text-only rank.
+IGNORED: tuple[str, ...] = (
+    "log_metrics", "routed_experts_start_len", "modalities", "bootstrap_host", "bootstrap_port",
+    "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "disagg_prefill_dp_rank",
+    "data_parallel_rank", "conversation_id", "priority", "extra_key", "routing_key", "no_logs", "custom_labels",
+    "external_trace_header", "received_time", "need_wait_for_mm_inputs", "num_items_assigned",
+    "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch", "video_max_dynamic_patch",
+    "http_worker_ipc",
+)
+
+
+class _GenerateBase(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid")
     text: Union[str, list[str], None] = None
     input_ids: Union[list[int], list[list[int]], None] = None
     sampling_params: Union[SamplingParamsIn, list[SamplingParamsIn], None] = None
     rid: Union[str, list[str], None] = None
     stream: bool = False
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
+    return_logprob: Union[bool, list[bool], None] = False
+    logprob_start_len: Union[int, list[int], None] = -1
+    top_logprobs_num: Union[int, list[int], None] = 0
     return_text_in_logprobs: bool = False
+
+    @field_validator(*UNSUPPORTED_WHEN_SET, check_fields=False)
+    @classmethod
+    def _refuse(cls, value: Any, info: ValidationInfo) -> Any:
+        if not _unset(value):
+            raise PydanticCustomError("unsupported", UNSUPPORTED_WHEN_SET[info.field_name])
+        return value
+
+    @field_validator("return_logprob", "logprob_start_len", "top_logprobs_num")
+    @classmethod
+    def _scalar(cls, value: Any, info: ValidationInfo) -> Any:
+        """SGLang allows a per-prompt list; equal values are accepted as one."""
+        if isinstance(value, list):
+            if any(v != value[0] for v in value):
+                raise PydanticCustomError("per_prompt", "per-prompt values must be equal here; give one value")
+            value = value[0] if value else None
+        return _DEFAULTS[info.field_name] if value is None else value
+
+
+_DEFAULTS = {"return_logprob": False, "logprob_start_len": -1, "top_logprobs_num": 0}
+
+GenerateReqInput = create_model(
+    "GenerateReqInput", __base__=_GenerateBase, __doc__="""POST /generate: every field of SGLang's
+    GenerateReqInput (sglang 0.5.10); unknown names get a 400 naming them.  The fields with no
+    meaning here are typed ``Any`` and listed in ``UNSUPPORTED_WHEN_SET`` and ``IGNORED``.""",
+    **{name: (Any, None) for name in (*UNSUPPORTED_WHEN_SET, *IGNORED)})
+
+
+class ConcatAndAppendReqInput(BaseModel):
+    """POST /concate_and_append_request (SGLang's frontend, ``fork().join("concate_and_append")``)."""
+
+    src_rids: list[str] = Field(default_factory=list)
+    dst_rid: str = ""
 
 
 class AbortReqInput(BaseModel):
