@@ -29,7 +29,10 @@ from frontend_lang.state import ProgramState
 
 
 def resolve_backend(backend: Optional[Backend]) -> Backend:
+    """``backend``, else the default one; a handle with an ``endpoint`` (SGLang's ``Runtime``
+    convention) stands for that endpoint."""
     backend = backend or get_default_backend()
+    backend = getattr(backend, "endpoint", backend)
     if backend is None:
         raise ProgramError("no backend: pass backend=... or call set_default_backend() first")
     return backend

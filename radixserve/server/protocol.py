@@ -23,15 +23,17 @@ class _SamplingBase(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
-def _sampling_model() -> type[_SamplingBase]:
-    """Every field of ``SamplingParams`` (optional, typed from its annotations), so the API
-    follows the dataclass when fields are added; unknown names are rejected."""
+def sampling_fields(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every field of ``SamplingParams`` but ``exclude``, optional (default None) and typed
+    from its annotations, as ``create_model`` takes them: the request models follow the
+    dataclass when fields are added."""
     hints = typing.get_type_hints(SamplingParams)
-    spec: dict[str, Any] = {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(SamplingParams)}
-    return create_model("SamplingParamsIn", __base__=_SamplingBase, **spec)
+    return {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(SamplingParams)
+            if f.name not in exclude}
 
 
-SamplingParamsIn = _sampling_model()
+# the native API's ``sampling_params``: unknown names are rejected
+SamplingParamsIn = create_model("SamplingParamsIn", __base__=_SamplingBase, **sampling_fields())
 
 
 def _unset(value: Any) -> bool:
@@ -146,35 +148,28 @@ class ResponseFormat(BaseModel):
     json_schema: Optional[JsonSchemaFormat] = None
 
 
-class _OpenAIBase(BaseModel):
-    """Fields shared by /v1/completions and /v1/chat/completions."""
+# SamplingParams fields the OpenAI routes take under OpenAI's name or through another field
+OPENAI_EXCLUDED = ("max_new_tokens", "min_new_tokens", "json_schema", "choices", "n")
+OPENAI_SAMPLING_FIELDS = tuple(sampling_fields(OPENAI_EXCLUDED))
 
+
+class _OpenAIFields(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
     model: Optional[str] = None
     max_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
+    min_tokens: Optional[int] = None  # SGLang's extension
     n: int = 1
-    stop: Union[str, list[str], None] = None
-    seed: Optional[int] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    logit_bias: Optional[dict[int, float]] = None
     user: Optional[str] = None
-    # SGLang extensions
-    min_tokens: Optional[int] = None
-    ignore_eos: Optional[bool] = None
-    stop_token_ids: Optional[list[int]] = None
-    skip_special_tokens: Optional[bool] = None
     rid: Optional[str] = None
-    # structured output: OpenAI's response_format, SGLang's regex
+    # structured output: OpenAI's response_format (SGLang's regex is a sampling field)
     response_format: Optional[ResponseFormat] = None
-    regex: Optional[str] = None
+
+
+# Fields shared by /v1/completions and /v1/chat/completions: OpenAI's, plus every other
+# SamplingParams field under its own name (SGLang's extensions: top_k, regex, stop_regex, ...)
+_OpenAIBase = create_model("_OpenAIBase", __base__=_OpenAIFields, **sampling_fields(OPENAI_EXCLUDED))
 
 
 class CompletionRequest(_OpenAIBase):
