@@ -14,9 +14,17 @@
 
 Backends: ``RuntimeEndpoint(url, api_key=None)`` (HTTP) and ``Runtime(model_path, **engine_options)``
 / ``EngineBackend(engine)`` (in-process ``radixserve.Engine``); the same program runs on either.
+
+The program API is SGLang's (``sglang.lang``): a program written for SGLang runs here by
+changing only ``import sglang as sgl`` to ``import frontend_lang as sgl``.  What has no
+meaning for a text-only radixserve backend raises a clear error when used (``image``,
+``video``, ``separate_reasoning``, ``gen(n>1)``); ``function(num_api_spec_tokens=...)``
+is accepted and ignored.
 """
-from frontend_lang.api import (assistant, assistant_begin, assistant_end, gen, get_default_backend, select,
-                               set_default_backend, system, system_begin, system_end, user, user_begin, user_end)
+from frontend_lang.api import (assistant, assistant_begin, assistant_end, flush_cache, gen, gen_int, gen_string,
+                               get_default_backend, get_server_info, global_config, image, select, separate_reasoning,
+                               set_default_backend, system, system_begin, system_end, user, user_begin, user_end,
+                               video)
 from frontend_lang.backend import Backend, EngineBackend, Runtime, RuntimeEndpoint
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.choice_scoring import (greedy_token_selection, token_length_normalized,
@@ -26,7 +34,9 @@ from frontend_lang.program import SglFunction, function
 from frontend_lang.state import ProgramState, ProgramStateGroup
 
 __all__ = [
-    "assistant", "assistant_begin", "assistant_end", "gen", "get_default_backend", "select", "set_default_backend",
+    "assistant", "assistant_begin", "assistant_end", "flush_cache", "gen", "gen_int", "gen_string",
+    "get_default_backend", "get_server_info", "global_config", "image", "select", "separate_reasoning",
+    "set_default_backend", "video",
     "system", "system_begin", "system_end", "user", "user_begin", "user_end",
     "Backend", "EngineBackend", "Runtime", "RuntimeEndpoint", "ChatTemplate",
     "greedy_token_selection", "token_length_normalized", "unconditional_likelihood_normalized",

@@ -7,58 +7,113 @@ expression in a chat message; with no argument they are an empty message (use
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Union
 
 from frontend_lang.backend.base import Backend
 from frontend_lang.choice_scoring import ChoicesSamplingMethod, resolve
+from frontend_lang.dtypes import DType, check_dtype
+from frontend_lang.errors import ProgramError
 from frontend_lang.ir import Expr, ExprLike, ExprList, Gen, RoleBegin, RoleEnd, Select, to_expr
-from frontend_lang.sampling import SamplingOverrides
+from frontend_lang.sampling import SAMPLING_FIELDS, SamplingOverrides
 
-_default_backend: Optional[Backend] = None
+
+class GlobalConfig:
+    """SGLang's ``global_config``: ``default_backend`` is what ``set_default_backend`` set."""
+
+    def __init__(self) -> None:
+        self.default_backend: Optional[Backend] = None
+
+
+global_config = GlobalConfig()
 
 
 def set_default_backend(backend: Optional[Backend]) -> None:
     """The backend ``run``/``run_batch`` use when not given ``backend=``."""
-    global _default_backend
-    _default_backend = backend
+    global_config.default_backend = backend
 
 
 def get_default_backend() -> Optional[Backend]:
-    return _default_backend
+    return global_config.default_backend
 
 
-def gen(name: Optional[str] = None, max_tokens: Optional[int] = None, *, min_tokens: Optional[int] = None,
-        stop: Union[str, list[str], None] = None, stop_token_ids: Optional[list[int]] = None,
-        temperature: Optional[float] = None, top_p: Optional[float] = None, top_k: Optional[int] = None,
-        min_p: Optional[float] = None, frequency_penalty: Optional[float] = None,
-        presence_penalty: Optional[float] = None, repetition_penalty: Optional[float] = None,
-        ignore_eos: Optional[bool] = None, seed: Optional[int] = None, regex: Optional[str] = None,
-        json_schema: Union[str, dict, None] = None, choices: Optional[list[str]] = None,
-        choices_method: Union[str, ChoicesSamplingMethod, None] = None, return_logprob: Optional[bool] = None,
+def gen(name: Optional[str] = None, max_tokens: Optional[int] = None, min_tokens: Optional[int] = None,
+        n: Optional[int] = None, stop: Union[str, list[str], None] = None, stop_token_ids: Optional[list[int]] = None,
+        stop_regex: Union[str, list[str], None] = None, temperature: Optional[float] = None,
+        top_p: Optional[float] = None, top_k: Optional[int] = None, min_p: Optional[float] = None,
+        frequency_penalty: Optional[float] = None, presence_penalty: Optional[float] = None,
+        ignore_eos: Optional[bool] = None, return_logprob: Optional[bool] = None,
         logprob_start_len: Optional[int] = None, top_logprobs_num: Optional[int] = None,
-        return_text_in_logprobs: Optional[bool] = None, max_new_tokens: Optional[int] = None) -> Expr:
-    """Generate text into variable ``name``; unset arguments fall back to the run's defaults."""
-    if choices is not None:
-        return select(name, choices, choices_method=choices_method)
-    sampling = SamplingOverrides.of(
-        max_new_tokens=max_tokens if max_tokens is not None else max_new_tokens, min_new_tokens=min_tokens,
-        stop=stop, stop_token_ids=stop_token_ids, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-        repetition_penalty=repetition_penalty, ignore_eos=ignore_eos, seed=seed, regex=regex,
-        json_schema=json_schema, return_logprob=return_logprob, logprob_start_len=logprob_start_len,
-        top_logprobs_num=top_logprobs_num, return_text_in_logprobs=return_text_in_logprobs)
-    return Gen(name, sampling)
+        return_text_in_logprobs: Optional[bool] = None, dtype: DType = None, choices: Optional[list[str]] = None,
+        choices_method: Union[str, ChoicesSamplingMethod, None] = None, regex: Optional[str] = None,
+        json_schema: Union[str, dict, None] = None, **sampling: Any) -> Expr:
+    """Generate text into variable ``name``, with SGLang's arguments in SGLang's order; any
+    other ``SamplingParams`` field (seed, repetition_penalty, no_stop_trim, ...) by keyword.
+    Unset arguments fall back to the run's defaults.  With ``choices`` it is a ``select``;
+    ``dtype`` (int, float, str, bool) constrains the output as dtypes.py says."""
+    if choices:
+        return select(name, choices, temperature, choices_method)
+    if n not in (None, 1):
+        raise ValueError("gen: n > 1 is not supported inside a program (use s.fork(n))")
+    given = {k: v for k, v in locals().items() if k in SAMPLING_FIELDS and k != "choices"}
+    sampling.setdefault("max_new_tokens", max_tokens)
+    sampling.setdefault("min_new_tokens", min_tokens)
+    overrides = SamplingOverrides.of(**given, **sampling)
+    return Gen(name, overrides, check_dtype(dtype))
 
 
-def select(name: Optional[str] = None, choices: Optional[list[str]] = None, temperature: Any = None,
+def gen_int(name: Optional[str] = None, max_tokens: Optional[int] = None, n: Optional[int] = None,
+            stop: Union[str, list[str], None] = None, stop_token_ids: Optional[list[int]] = None,
+            stop_regex: Union[str, list[str], None] = None, **sampling: Any) -> Expr:
+    """``gen(..., dtype=int)``."""
+    return gen(name, max_tokens, None, n, stop, stop_token_ids, stop_regex, dtype=int, **sampling)
+
+
+def gen_string(name: Optional[str] = None, max_tokens: Optional[int] = None, n: Optional[int] = None,
+               stop: Union[str, list[str], None] = None, stop_token_ids: Optional[list[int]] = None,
+               stop_regex: Union[str, list[str], None] = None, **sampling: Any) -> Expr:
+    """``gen(..., dtype=str)``: a double-quoted string."""
+    return gen(name, max_tokens, None, n, stop, stop_token_ids, stop_regex, dtype=str, **sampling)
+
+
+def select(name: Optional[str] = None, choices: Optional[list[str]] = None, temperature: Optional[float] = 0.0,
            choices_method: Union[str, ChoicesSamplingMethod, None] = None) -> Expr:
     """Append the most likely of ``choices`` and store it in ``name``.  ``choices_method`` is
     token_length_normalized (default), greedy_token_selection or
     unconditional_likelihood_normalized (objects or names, see choice_scoring.py).
-    ``temperature`` is accepted for SGLang compatibility and ignored (scoring is exact)."""
+    The choice is scored exactly, so ``temperature`` must be 0 (or None), as SGLang's
+    /generate backend requires."""
     if not choices or not all(isinstance(c, str) and c for c in choices):
         raise ValueError("select: choices must be a non-empty list of non-empty strings")
+    if temperature is not None and temperature > 1e-5:
+        raise ValueError(f"select: temperature must be 0, choices are scored exactly (got {temperature})")
     return Select(name, list(choices), resolve(choices_method))
+
+
+def image(expr: Any) -> Expr:
+    """SGLang's image input: not available, radixserve serves text-only models."""
+    raise ProgramError("image: radixserve serves text-only models; a program cannot add an image")
+
+
+def video(path: str, num_frames: int) -> Expr:
+    """SGLang's video input: not available, radixserve serves text-only models."""
+    raise ProgramError("video: radixserve serves text-only models; a program cannot add a video")
+
+
+def separate_reasoning(expr: Optional[ExprLike] = None, model_type: Optional[str] = None) -> Expr:
+    """SGLang's reasoning split: not available (radixserve has no reasoning parsers)."""
+    raise ProgramError("separate_reasoning: radixserve has no reasoning parsers")
+
+
+def flush_cache(backend: Optional[Backend] = None) -> bool:
+    """Empty the backend's prefix cache (the default backend's when none is given)."""
+    backend = backend or global_config.default_backend
+    return False if backend is None else backend.flush_cache()
+
+
+def get_server_info(backend: Optional[Backend] = None) -> Optional[dict[str, Any]]:
+    backend = backend or global_config.default_backend
+    return None if backend is None else backend.get_server_info()
 
 
 def _role(role: str, expr: Optional[ExprLike]) -> Expr:
@@ -81,25 +136,6 @@ def assistant(expr: Optional[ExprLike] = None) -> Expr:
     return _role("assistant", expr)
 
 
-def system_begin() -> Expr:
-    return RoleBegin("system")
-
-
-def system_end() -> Expr:
-    return RoleEnd("system")
-
-
-def user_begin() -> Expr:
-    return RoleBegin("user")
-
-
-def user_end() -> Expr:
-    return RoleEnd("user")
-
-
-def assistant_begin() -> Expr:
-    return RoleBegin("assistant")
-
-
-def assistant_end() -> Expr:
-    return RoleEnd("assistant")
+# ``user_begin()`` ... ``assistant_end()``: one role marker each.
+system_begin, user_begin, assistant_begin = (functools.partial(RoleBegin, r) for r in ("system", "user", "assistant"))
+system_end, user_end, assistant_end = (functools.partial(RoleEnd, r) for r in ("system", "user", "assistant"))

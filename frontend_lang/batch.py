@@ -1,4 +1,5 @@
-"""``run_batch``: many runs of one program on a thread pool, after a shared-prefix hint.
+"""Running programs: ``run_program`` (one run) and ``run_batch`` (many runs of one program on
+a thread pool, after a shared-prefix hint).
 
 Before a batch of two or more programs runs, each is dry-run up to its first model call
 (tracer.py); the longest text common to all of them, cut back to just before a run of
@@ -13,15 +14,32 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, Optional, Union
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from typing import Any, Callable, Iterator, Optional, Union
 
 from frontend_lang.backend.base import Backend
-from frontend_lang.program import SglFunction, run_program
+from frontend_lang.executor import StreamExecutor
+from frontend_lang.sampling import SamplingOverrides
 from frontend_lang.state import ProgramState
 from frontend_lang.tracer import traced_prefix
 
+Run = tuple[dict[str, Any], SamplingOverrides]  # (the function's keyword arguments, sampling defaults)
+
 logger = logging.getLogger(__name__)
+
+
+def run_program(func: Callable[..., Any], backend: Backend, args: tuple, kwargs: dict[str, Any],
+                defaults: SamplingOverrides, stream: bool = False) -> ProgramState:
+    """Run the body on a fresh state; wait for all its ops unless ``stream``."""
+    ex = StreamExecutor(backend, defaults, stream)
+    state = ProgramState(ex)
+    try:
+        state.ret_value = func(state, *args, **kwargs)
+    finally:
+        ex.end()
+    if not stream:
+        ex.sync()
+    return state
 
 
 def shared_prefix(texts: list[str]) -> str:
@@ -35,9 +53,9 @@ def shared_prefix(texts: list[str]) -> str:
     return ""
 
 
-def send_prefix_hint(program: SglFunction, runs: list[tuple[dict[str, Any], Any]], backend: Backend) -> Optional[str]:
+def send_prefix_hint(func: Callable[..., Any], runs: list[Run], backend: Backend) -> Optional[str]:
     """Send the batch's shared leading text as a prefix hint; returns it (None if none)."""
-    traces = [traced_prefix(program.func, backend, kwargs) for kwargs, _ in runs]
+    traces = [traced_prefix(func, backend, kwargs) for kwargs, _ in runs]
     texts = [t for t in traces if t is not None]
     prefix = shared_prefix(texts) if len(texts) >= 2 else ""
     if not prefix:
@@ -58,21 +76,34 @@ def resolve_threads(num_threads: Union[str, int], n: int) -> int:
     return max(1, min(num_threads, n))
 
 
-def run_batch(program: SglFunction, batch_kwargs: list[dict[str, Any]], *, num_threads: Union[str, int],
-              progress_bar: bool, backend: Backend, precache: bool = True,
-              sampling: Optional[dict[str, Any]] = None) -> list[ProgramState]:
-    """States in the order of ``batch_kwargs``; an exception raised by a program body is
-    re-raised after every run finished."""
-    if not batch_kwargs:
-        return []
-    runs = [program.split_kwargs({**(sampling or {}), **kw}) for kw in batch_kwargs]
+def run_batch(func: Callable[..., Any], runs: list[Run], *, num_threads: Union[str, int], progress_bar: bool,
+              backend: Backend, precache: bool = True,
+              generator_style: bool = False) -> Union[list[ProgramState], Iterator[ProgramState]]:
+    """One state per run, in the order of ``runs``; an exception raised by a program body is
+    re-raised after every run finished (when reached, with ``generator_style``)."""
+    if not runs:
+        return iter(()) if generator_style else []
     if precache and len(runs) >= 2:
-        send_prefix_hint(program, runs, backend)
-    with ThreadPoolExecutor(resolve_threads(num_threads, len(runs)), thread_name_prefix="run_batch") as pool:
-        futures = [pool.submit(run_program, program.func, backend, (), kwargs, defaults) for kwargs, defaults in runs]
-        if progress_bar:
-            from tqdm.auto import tqdm
+        send_prefix_hint(func, runs, backend)
+    pool = ThreadPoolExecutor(resolve_threads(num_threads, len(runs)), thread_name_prefix="run_batch")
+    futures = [pool.submit(run_program, func, backend, (), kwargs, defaults) for kwargs, defaults in runs]
+    pool.shutdown(wait=False)
+    if generator_style:
+        return _in_order(futures, progress_bar)
+    if progress_bar:
+        from tqdm.auto import tqdm
 
-            for _ in tqdm(as_completed(futures), total=len(futures)):
-                pass
-        return [f.result() for f in futures]
+        for _ in tqdm(as_completed(futures), total=len(futures)):
+            pass
+    wait(futures)  # every run finishes before a program's error is raised
+    return [f.result() for f in futures]
+
+
+def _in_order(futures: list[Future], progress_bar: bool) -> Iterator[ProgramState]:
+    """The futures' states in order as they complete (with a progress bar over them)."""
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        futures = tqdm(futures, total=len(futures))
+    for f in futures:
+        yield f.result()

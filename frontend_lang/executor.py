@@ -15,7 +15,10 @@ from typing import Any, Optional
 
 from frontend_lang.backend.base import Backend
 from frontend_lang.choice_scoring import resolve
-from frontend_lang.ir import CommitPrefix, Expr, ExprLike, Gen, RoleBegin, RoleEnd, Select, Text, flatten, produces
+from frontend_lang.dtypes import apply_dtype
+from frontend_lang.errors import ProgramError
+from frontend_lang.ir import (CommitPrefix, Expr, ExprLike, Gen, RoleBegin, RoleEnd, Select, Text, VarScopeBegin,
+                              VarScopeEnd, flatten, produces)
 from frontend_lang.sampling import SamplingOverrides
 from frontend_lang.select_op import run_select
 from frontend_lang.transcript import Transcript
@@ -33,6 +36,8 @@ class StreamExecutor:
         self.partial: Optional[tuple[Optional[str], str]] = None  # (name, text) of a streaming gen
         self.ended = False  # the program body returned: no more ops will come
         self.children: list["StreamExecutor"] = []
+        self.fork_start = 0  # length of the text this executor was forked with (0: not a branch)
+        self._scopes: dict[str, int] = {}  # open var_scope name -> where its text starts
         self.cond = threading.Condition()
         self._queue: deque[Expr] = deque()
         self._pending: dict[str, int] = {}  # variable -> queued ops that set it
@@ -94,6 +99,14 @@ class StreamExecutor:
         elif isinstance(op, Select):
             index, meta = run_select(self.backend, self.text(), op.choices, resolve(op.method))
             self._commit(op.name, op.choices[index], op.choices[index], meta)
+        elif isinstance(op, VarScopeBegin):
+            with self.cond:
+                self._scopes[op.name] = len(self.transcript.text)
+        elif isinstance(op, VarScopeEnd):
+            with self.cond:
+                if op.name not in self._scopes:
+                    raise ProgramError(f"var_scope {op.name!r} ended but never begun")
+                self.variables[op.name] = self.transcript.text[self._scopes.pop(op.name):]
         elif isinstance(op, CommitPrefix):
             text = self.text()
             if text:
@@ -103,6 +116,7 @@ class StreamExecutor:
 
     def _gen(self, op: Gen) -> None:
         params, options = self.defaults.merged(op.sampling).split()
+        params = apply_dtype(params, op.dtype)
         on_text = None
         if self.stream:
             def on_text(text: str) -> None:
@@ -146,6 +160,13 @@ class StreamExecutor:
         self._wait_var(name)
         return self.meta_info[name]
 
+    def set_var(self, name: str, value: Any) -> None:
+        """Set a variable from the program's own code (after the queued ops that set it ran)."""
+        with self.cond:
+            self.cond.wait_for(lambda: self._pending.get(name, 0) == 0 or self.error is not None)
+            self.variables[name] = value
+            self.cond.notify_all()
+
     def is_pending(self, name: str) -> bool:
         """Whether a queued op still has to set ``name`` (call with ``cond`` held)."""
         return self._pending.get(name, 0) > 0
@@ -178,6 +199,7 @@ class StreamExecutor:
                 b.variables = dict(self.variables)
                 b.meta_info = dict(self.meta_info)
                 b.error = self.error
+                b.fork_start = len(self.transcript.text)
                 branches.append(b)
             self.children.extend(branches)
         return branches

@@ -3,13 +3,14 @@
 Strings, ``gen``/``select`` calls and role markers are ``Expr`` objects; ``+`` between them
 (or with a str) builds an ``ExprList``.  The executor flattens an expression into its leaf
 ops (``flatten``) and runs them in order.  The user-facing constructors (``gen``, ``select``,
-``system``, ...) live in ``frontend_lang/api.py``.
+``system``, ...) live in ``frontend_lang/api.py``; ``REGEX_INT`` & co. (SGLang's names) in dtypes.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from frontend_lang.dtypes import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR  # noqa: F401 (SGLang's ir names)
 from frontend_lang.sampling import SamplingOverrides
 
 
@@ -34,6 +35,7 @@ class Gen(Expr):
 
     name: Optional[str]
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
+    dtype: Optional[str] = None  # "int", "float", "str" or "bool" (see dtypes.py)
 
 
 @dataclass
@@ -53,6 +55,18 @@ class RoleBegin(Expr):
 @dataclass
 class RoleEnd(Expr):
     role: str
+
+
+@dataclass
+class VarScopeBegin(Expr):
+    """Start of ``with s.var_scope(name):``; the text written until ``VarScopeEnd`` becomes ``name``."""
+
+    name: str
+
+
+@dataclass
+class VarScopeEnd(Expr):
+    name: str
 
 
 @dataclass
@@ -92,4 +106,4 @@ def flatten(x: ExprLike) -> list[Expr]:
 
 def produces(op: Expr) -> Optional[str]:
     """The variable an op sets, if any."""
-    return op.name if isinstance(op, (Gen, Select)) else None
+    return op.name if isinstance(op, (Gen, Select, VarScopeEnd)) else None

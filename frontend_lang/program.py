@@ -18,35 +18,24 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from frontend_lang.api import get_default_backend
 from frontend_lang.backend.base import Backend
+from frontend_lang.batch import run_batch, run_program
 from frontend_lang.errors import ProgramError
-from frontend_lang.executor import StreamExecutor
 from frontend_lang.sampling import SAMPLING_FIELDS, SamplingOverrides
 from frontend_lang.state import ProgramState
 
 
 def resolve_backend(backend: Optional[Backend]) -> Backend:
+    """``backend``, else the default one; a handle with an ``endpoint`` (SGLang's ``Runtime``
+    convention) stands for that endpoint."""
     backend = backend or get_default_backend()
+    backend = getattr(backend, "endpoint", backend)
     if backend is None:
         raise ProgramError("no backend: pass backend=... or call set_default_backend() first")
     return backend
-
-
-def run_program(func: Callable[..., Any], backend: Backend, args: tuple, kwargs: dict[str, Any],
-                defaults: SamplingOverrides, stream: bool = False) -> ProgramState:
-    """Run the body on a fresh state; wait for all its ops unless ``stream``."""
-    ex = StreamExecutor(backend, defaults, stream)
-    state = ProgramState(ex)
-    try:
-        state.ret_value = func(state, *args, **kwargs)
-    finally:
-        ex.end()
-    if not stream:
-        ex.sync()
-    return state
 
 
 class SglFunction:
@@ -70,21 +59,22 @@ class SglFunction:
         """A copy of this program with some arguments fixed."""
         return SglFunction(self.func, {**self.bound, **kwargs})
 
-    def run(self, *args: Any, stream: bool = False, backend: Optional[Backend] = None,
+    def run(self, *args: Any, stream: bool = False, backend: Optional[Backend] = None, use_thread: bool = True,
             **kwargs: Any) -> ProgramState:
         """Run once; returns the state (after every op ran, or at once with ``stream=True``:
-        then read it with ``state.text_iter(...)``)."""
+        then read it with ``state.text_iter(...)``).  ``use_thread`` is SGLang's and ignored
+        (ops always run on the state's worker thread)."""
         fn_kwargs, defaults = self.split_kwargs(kwargs)
         return run_program(self.func, resolve_backend(backend), args, fn_kwargs, defaults, stream)
 
     def run_batch(self, batch_kwargs: list[dict[str, Any]], *, num_threads: Union[str, int] = "auto",
-                  progress_bar: bool = False, backend: Optional[Backend] = None, precache: bool = True,
-                  **sampling: Any) -> list[ProgramState]:
-        """Run the program once per dict of arguments, concurrently (see batch.py)."""
-        from frontend_lang.batch import run_batch
-
-        return run_batch(self, batch_kwargs, num_threads=num_threads, progress_bar=progress_bar,
-                         backend=resolve_backend(backend), precache=precache, sampling=sampling)
+                  progress_bar: bool = False, generator_style: bool = False, backend: Optional[Backend] = None,
+                  precache: bool = True, **sampling: Any) -> Union[list[ProgramState], Iterator[ProgramState]]:
+        """Run the program once per dict of arguments, concurrently (see batch.py); with
+        ``generator_style`` an iterator yielding the states in order as they complete."""
+        runs = [self.split_kwargs({**sampling, **kw}) for kw in batch_kwargs]
+        return run_batch(self.func, runs, num_threads=num_threads, progress_bar=progress_bar,
+                         backend=resolve_backend(backend), precache=precache, generator_style=generator_style)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Inside another program, ``other(s, ...)`` runs this body on state ``s``; otherwise
@@ -94,9 +84,11 @@ class SglFunction:
         return self.run(*args, **kwargs)
 
 
-def function(func: Optional[Callable[..., Any]] = None, **_options: Any) -> Any:
+def function(func: Optional[Callable[..., Any]] = None, num_api_spec_tokens: Optional[int] = None) -> Any:
     """Decorator turning ``def prog(s, ...)`` into an ``SglFunction``; ``@function`` or
-    ``@function()`` (SGLang's options such as num_api_spec_tokens are accepted and ignored)."""
+    ``@function(num_api_spec_tokens=...)``.  SGLang's ``num_api_spec_tokens`` only matters for
+    API-model backends (OpenAI & co.) that cannot extend a prefix; it is accepted and
+    ignored, since radixserve's backends generate each gen where the text ends."""
     if func is None:
         return lambda f: SglFunction(f)
     return SglFunction(func)

@@ -1,60 +1,56 @@
 """Sampling parameters of the frontend: run-level defaults merged with per-gen overrides.
 
-Every field is optional; ``None`` means "not set", and unset fields are not sent, so the
+The field names are those of ``radixserve.SamplingParams`` (derived from the dataclass, so
+a field added there is accepted here too) plus the request-level logprob options of
+/generate (``REQUEST_OPTIONS``).  Every value is optional; an unset one is not sent, so the
 backend's defaults (SGLang's: max_new_tokens 128, temperature 1.0, ...) apply.  A gen's
-set fields override the run's.  ``split`` separates the request-level logprob options from
-the ``sampling_params`` dict that /generate takes.
+set values override the run's.  ``split`` separates the request-level options from the
+``sampling_params`` dict that /generate takes.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from radixserve.sampling_params import SamplingParams
 
 # request-level options of /generate (not sampling_params)
 REQUEST_OPTIONS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
+SAMPLING_PARAM_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingParams))
+SAMPLING_FIELDS = SAMPLING_PARAM_FIELDS + REQUEST_OPTIONS
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingOverrides:
-    max_new_tokens: Optional[int] = None
-    min_new_tokens: Optional[int] = None
-    stop: Union[str, list[str], None] = None
-    stop_token_ids: Optional[list[int]] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    ignore_eos: Optional[bool] = None
-    skip_special_tokens: Optional[bool] = None
-    seed: Optional[int] = None
-    regex: Optional[str] = None
-    json_schema: Union[str, dict, None] = None
-    return_logprob: Optional[bool] = None
-    logprob_start_len: Optional[int] = None
-    top_logprobs_num: Optional[int] = None
-    return_text_in_logprobs: Optional[bool] = None
+    """The set values (never None), keyed by the names in ``SAMPLING_FIELDS``."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, **kwargs: Any) -> "SamplingOverrides":
-        """Build from keyword arguments, ignoring those that are None."""
-        return cls(**{k: v for k, v in kwargs.items() if v is not None})
+        """Build from keyword arguments, ignoring those that are None; TypeError names an
+        unknown one."""
+        unknown = sorted(set(kwargs) - set(SAMPLING_FIELDS))
+        if unknown:
+            raise TypeError(f"{unknown[0]}: not a sampling parameter (known: {', '.join(SAMPLING_FIELDS)})")
+        return cls({k: v for k, v in kwargs.items() if v is not None})
+
+    def __getattr__(self, name: str) -> Any:
+        """``overrides.temperature``: the set value or None."""
+        if name in SAMPLING_FIELDS:
+            return self.values.get(name)
+        raise AttributeError(name)
 
     def set_fields(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+        return dict(self.values)
 
     def merged(self, overrides: "SamplingOverrides") -> "SamplingOverrides":
-        """These values, with every set field of ``overrides`` taking precedence."""
-        return dataclasses.replace(self, **overrides.set_fields())
+        """These values, with every set value of ``overrides`` taking precedence."""
+        return SamplingOverrides({**self.values, **overrides.values})
 
     def split(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(sampling_params dict, request options dict) of the set fields."""
+        """(sampling_params dict, request options dict) of the set values."""
         values = self.set_fields()
         options = {k: values.pop(k) for k in REQUEST_OPTIONS if k in values}
         return values, options
-
-
-SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(SamplingOverrides))

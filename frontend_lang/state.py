@@ -6,11 +6,15 @@ returns the state; ``state.error()`` tells whether something failed).
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Union
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator, Callable, Iterator, Optional, Union
 
 from frontend_lang.executor import StreamExecutor
-from frontend_lang.ir import ExprLike, RoleBegin, RoleEnd, to_expr
+from frontend_lang.ir import ExprLike, RoleBegin, RoleEnd, Text, VarScopeBegin, VarScopeEnd, to_expr
 from frontend_lang.stream import text_iter
+
+_END = object()
 
 
 class _RoleScope:
@@ -34,8 +38,28 @@ class ProgramState:
 
     # ------------------------------------------------------------------ writing
     def __iadd__(self, other: ExprLike) -> "ProgramState":
+        if other is None:
+            raise ValueError("Tried to append None to state.")
         self._ex.submit(to_expr(other))
         return self
+
+    @contextlib.contextmanager
+    def var_scope(self, name: str) -> Iterator["ProgramState"]:
+        """``with s.var_scope("x"): ...``: the text written inside becomes variable ``x``."""
+        self._ex.submit(VarScopeBegin(name))
+        try:
+            yield self
+        finally:
+            self._ex.submit(VarScopeEnd(name))
+
+    @contextlib.contextmanager
+    def copy(self) -> Iterator["ProgramState"]:
+        """``with s.copy() as c: ...``: one fork branch, joined (gathering its variables) on exit."""
+        group = self.fork(1)
+        try:
+            yield group[0]
+        finally:
+            group.join()
 
     def _role(self, role: str, expr: Optional[ExprLike]) -> Optional[_RoleScope]:
         if expr is None:
@@ -63,6 +87,12 @@ class ProgramState:
 
     def get_var(self, name: str) -> Any:
         return self._ex.get_var(name)
+
+    def set_var(self, name: str, value: Any) -> None:
+        self._ex.set_var(name, value)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._ex.set_var(name, value)
 
     def get_meta_info(self, name: str) -> Any:
         """The meta_info of the gen/select that set ``name`` (server fields for a gen; the
@@ -97,13 +127,27 @@ class ProgramState:
         """Incremental text of ``var_name`` (or of everything) while the program runs."""
         return text_iter(self._ex, var_name)
 
+    async def text_async_iter(self, var_name: Optional[str] = None,
+                              return_meta_data: bool = False) -> AsyncIterator[Any]:
+        """``text_iter`` for asyncio code (each chunk is awaited on a worker thread); with
+        ``return_meta_data`` it yields (chunk, meta_info of ``var_name`` so far)."""
+        loop = asyncio.get_running_loop()
+        chunks = self.text_iter(var_name)
+        while True:
+            chunk = await loop.run_in_executor(None, next, chunks, _END)
+            if chunk is _END:
+                return
+            yield (chunk, self._ex.meta_info.get(var_name)) if return_meta_data else chunk
+
     def __repr__(self) -> str:
         return f"ProgramState({self.text()!r})"
 
 
 class ProgramStateGroup:
-    """The branches of a fork: indexable, iterable, ``+=`` applies to every branch (a list
-    applies item i to branch i), ``join()`` gathers the branches' new variables."""
+    """The branches of a fork: indexable, iterable, ``forks[i] += ...`` extends one branch,
+    ``forks += ...`` every branch (a list or tuple applies item i to branch i, a callable
+    ``f`` applies ``f(i)``); ``join()`` gathers the branches' new variables, and
+    ``join("concate_and_append")`` appends the branches' new text to the parent in order."""
 
     def __init__(self, states: list[ProgramState], parent: ProgramState) -> None:
         self.states = states
@@ -115,11 +159,18 @@ class ProgramStateGroup:
     def __getitem__(self, i: int) -> ProgramState:
         return self.states[i]
 
+    def __setitem__(self, i: int, value: ProgramState) -> None:
+        """Completes ``forks[i] += expr`` (which extends branch i in place and stores it back)."""
+        if value is not self.states[i]:
+            raise TypeError("a fork's branches cannot be replaced; extend one with forks[i] += ...")
+
     def __iter__(self) -> Iterator[ProgramState]:
         return iter(self.states)
 
-    def __iadd__(self, other: Union[ExprLike, list]) -> "ProgramStateGroup":
-        if isinstance(other, list):
+    def __iadd__(self, other: Union[ExprLike, list, tuple, Callable[[int], ExprLike]]) -> "ProgramStateGroup":
+        if callable(other) and not hasattr(other, "__add__"):
+            other = [other(i) for i in range(len(self.states))]
+        if isinstance(other, (list, tuple)):
             if len(other) != len(self.states):
                 raise ValueError(f"a list added to {len(self.states)} branches needs {len(self.states)} items")
             for s, o in zip(self.states, other):
@@ -133,10 +184,15 @@ class ProgramStateGroup:
         for s in self.states:
             s.sync()
 
-    def join(self) -> None:
-        """Wait for every branch; each variable a branch set that the parent did not have
-        before the fork becomes, in the parent, the list of the branches' values (same for
-        meta_info).  Raises the first branch error."""
+    def join(self, mode: str = "gather_variable") -> None:
+        """Wait for every branch.  "gather_variable": each variable a branch set that the
+        parent did not have before the fork becomes, in the parent, the list of the branches'
+        values (same for meta_info).  "concate_and_append": the text each branch wrote since
+        the fork is appended to the parent, branch by branch.  Raises the first branch error."""
+        if mode == "concate_and_append":
+            return self._concat()
+        if mode != "gather_variable":
+            raise ValueError(f"join: mode must be 'gather_variable' or 'concate_and_append' (got {mode!r})")
         parent = self.parent._ex
         parent.sync()
         known = set(parent.variables)
@@ -154,3 +210,13 @@ class ProgramStateGroup:
             parent.variables.update(gathered)
             parent.meta_info.update(metas)
             parent.cond.notify_all()
+
+    def _concat(self) -> None:
+        texts = []
+        for s in self.states:
+            s._ex.sync()
+            if s._ex.error is not None:
+                raise s._ex.error
+            texts.append(s._ex.text()[s._ex.fork_start:])
+        self.parent._ex.submit(Text("".join(texts)))
+        self.parent._ex.sync()

@@ -2,7 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
+
+import regex
+
+
+def check_stop_regex(patterns: list[str], bad: Callable[[str], None]) -> None:
+    """Call ``bad(reason)`` unless ``patterns`` are non-empty strings that compile as regexes."""
+    if not all(isinstance(p, str) and p for p in patterns):
+        bad("must be a non-empty regex or a list of non-empty regexes")
+    for p in patterns:
+        try:
+            regex.compile(p)
+        except regex.error as e:
+            bad(f"invalid regex {p!r}: {e}")
 
 
 @dataclass
@@ -15,6 +28,15 @@ class SamplingParams:
     composition; with ``n > 1`` copy ``i`` uses ``seed + i``.  ``regex``, ``json_schema`` (a
     JSON string or an object) or ``choices`` (a list of strings) constrain the output to
     match fully; an invalid or unsupported one raises ValueError with the parser's message.
+
+    Every field of SGLang's ``sampling_params`` (0.5.10) is here, so SGLang clients work:
+    ``stop_regex`` (a regex or a list) ends generation when the decoded output matches one
+    (finish_reason ``{"type": "stop", "matched": <the pattern>}``) and, like a stop string,
+    is trimmed from the text unless ``no_stop_trim``; ``sampling_seed`` is SGLang's name for
+    ``seed``.  Accepted and ignored: ``custom_params`` (only read by a custom logit
+    processor, which is refused at the request level), ``stream_interval`` (every step is
+    streamed) and ``spaces_between_special_tokens`` (see ``IncrementalDecoder``).  Refused
+    when set (ValueError naming the field): ``ebnf``, ``structural_tag``.
     """
 
     max_new_tokens: int = 128
@@ -38,6 +60,14 @@ class SamplingParams:
     regex: Optional[str] = None
     json_schema: Union[str, dict, None] = None
     choices: Optional[list[str]] = None
+    # SGLang fields (see the class docstring)
+    stop_regex: Union[str, list[str], None] = None
+    no_stop_trim: bool = False
+    sampling_seed: Optional[int] = None
+    custom_params: Optional[dict[str, Any]] = None
+    stream_interval: Optional[int] = None
+    ebnf: Optional[str] = None
+    structural_tag: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
@@ -53,6 +83,12 @@ class SamplingParams:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def stop_regex_strs(self) -> list[str]:
+        if self.stop_regex is None:
+            return []
+        return [self.stop_regex] if isinstance(self.stop_regex, str) else list(self.stop_regex)
 
     @property
     def greedy(self) -> bool:
@@ -105,6 +141,21 @@ class SamplingParams:
             stops = self.stop_strs
             if not all(isinstance(s, str) and s for s in stops):
                 bad("stop", "must be a non-empty string or a list of non-empty strings")
+        if self.stop_regex is not None:
+            check_stop_regex(self.stop_regex_strs, lambda why: bad("stop_regex", why))
+        if self.sampling_seed is not None:
+            if not is_int(self.sampling_seed):
+                bad("sampling_seed", "must be an integer")
+            if self.seed is not None and self.seed != self.sampling_seed:
+                bad("sampling_seed", "differs from seed (sampling_seed is SGLang's name for seed)")
+            self.seed = self.sampling_seed
+        if self.stream_interval is not None and not (is_int(self.stream_interval) and self.stream_interval >= 1):
+            bad("stream_interval", "must be an integer >= 1")
+        if self.custom_params is not None and not isinstance(self.custom_params, dict):
+            bad("custom_params", "must be an object")
+        for name in ("ebnf", "structural_tag"):
+            if getattr(self, name) is not None:
+                bad(name, "not supported by this server (use regex, json_schema or choices)")
         if self.stop_token_ids is not None:
             if not isinstance(self.stop_token_ids, (list, tuple)) or not all(
                 is_int(t) and 0 <= t < vocab_size for t in self.stop_token_ids
@@ -125,6 +176,6 @@ class SamplingParams:
                     bad("logit_bias", f"bias for {tid} must be a number")
                 clean[tid] = float(v)
             self.logit_bias = clean
-        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens"):
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be a boolean")

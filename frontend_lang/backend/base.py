@@ -42,6 +42,14 @@ class Backend(ABC):
     def chat_template(self) -> ChatTemplate:
         """The model's chat template (fetched once, then cached)."""
 
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; True when it was flushed (False: requests were running)."""
+        raise NotImplementedError(f"{type(self).__name__}: flush_cache is not supported")
+
+    def get_server_info(self) -> dict[str, Any]:
+        """The server's configuration and statistics (/get_server_info)."""
+        raise NotImplementedError(f"{type(self).__name__}: get_server_info is not supported")
+
     def shutdown(self) -> None:
         """Release connections / threads; the backend is unusable afterwards."""
 

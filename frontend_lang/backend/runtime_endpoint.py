@@ -123,8 +123,20 @@ class RuntimeEndpoint(Backend):
             self._template = ChatTemplate(info.get("chat_template"), info.get("special_tokens_map"))
         return self._template
 
-    def flush_cache(self) -> None:
-        self._request("POST", "/flush_cache")
+    def get_model_name(self) -> str:
+        """The served model's path (SGLang's ``RuntimeEndpoint.get_model_name``)."""
+        return self.get_model_info()["model_path"]
+
+    def flush_cache(self) -> bool:
+        try:
+            return bool(self._request("POST", "/flush_cache").get("success"))
+        except BackendError as e:
+            if e.status == 400:  # refused while requests are running
+                return False
+            raise
+
+    def get_server_info(self) -> dict[str, Any]:
+        return self._request("GET", "/get_server_info")
 
     def shutdown(self) -> None:
         self._client.close()

@@ -4,10 +4,22 @@ Decoding each new token alone breaks multi-byte characters and SentencePiece spa
 the decoder re-decodes a short window (from ``prefix_offset``) and emits only the text
 past what the window already produced, holding back text that ends in an incomplete
 UTF-8 sequence (U+FFFD).  Work per token is O(window), not O(output).
+
+``spaces_between_special_tokens`` is accepted and has no effect: it only changes the output
+of transformers' slow (pure Python) tokenizers, which put a space between special tokens
+and the text around them when ``skip_special_tokens`` is False.  radixserve decodes with
+the Rust ``tokenizers`` library (or a fast transformers tokenizer), whose decode has no
+such option and joins special tokens as the tokenizer's own decoder says; SGLang with a
+fast tokenizer behaves the same way.
+
+``trim_stop`` and ``shown_text_len`` are the stop-string / ``stop_regex`` rules of the
+output text, shared by the detokenizer process and the in-process Engine.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
+
+import regex
 
 
 class IncrementalDecoder:
@@ -44,10 +56,38 @@ class IncrementalDecoder:
         return self.text
 
 
-def trim_stop(text: str, finish_reason: Any) -> str:
-    """Cut the text before the stop string that ended the request."""
-    if finish_reason and finish_reason.get("type") == "stop" and isinstance(finish_reason.get("matched"), str):
-        cut = text.find(finish_reason["matched"])
+def trim_stop(text: str, finish_reason: Any, stop_regex: Sequence[str] = (), no_stop_trim: bool = False) -> str:
+    """Cut the text before the stop string (or, when the matched pattern is one of
+    ``stop_regex``, before the first match of that regex) that ended the request; nothing
+    is cut with ``no_stop_trim``."""
+    if no_stop_trim or not finish_reason or finish_reason.get("type") != "stop":
+        return text
+    matched = finish_reason.get("matched")
+    if not isinstance(matched, str):
+        return text
+    cut = text.find(matched)
+    if cut < 0 and matched in stop_regex:
+        m = regex.search(matched, text)
+        cut = m.start() if m else -1
+    return text[:cut] if cut >= 0 else text
+
+
+def shown_text_len(text: str, stops: Sequence[str], stop_regex: Sequence[str] = (), start: int = 0) -> int:
+    """Length of the prefix of ``text`` that a stream can show before the request finished:
+    it ends before any complete stop string or regex match, and before a suffix that could
+    still grow into one (a stop-string prefix; a partial regex match).  ``start`` is what
+    was already shown: no match begins before it, so regexes are searched from there."""
+    end = len(text)
+    for s in stops:
+        cut = text.find(s)
         if cut >= 0:
-            return text[:cut]
-    return text
+            end = min(end, cut)
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                end = min(end, len(text) - k)
+                break
+    for p in stop_regex:
+        m = regex.search(p, text, pos=min(start, end), partial=True)
+        if m is not None:
+            end = min(end, m.start())
+    return end

@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 
 from radixserve.config import EngineConfig
-from radixserve.detokenizer.incremental import IncrementalDecoder, trim_stop
+from radixserve.detokenizer.incremental import IncrementalDecoder, shown_text_len, trim_stop
 from radixserve.ipc.io_struct import BatchReqOutput, ReqOutput
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.proc import setup_child
@@ -22,36 +22,38 @@ from radixserve.proc import setup_child
 logger = logging.getLogger(__name__)
 
 
-def safe_text_len(text: str, stops: tuple[str, ...]) -> int:
-    """Length of the prefix of ``text`` that can be shown: it stops before any complete
-    stop string and before a suffix that could still grow into one."""
-    end = len(text)
-    for s in stops:
-        cut = text.find(s)
-        if cut >= 0:
-            end = min(end, cut)
-        for k in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:k]):
-                end = min(end, len(text) - k)
-                break
-    return end
+def safe_text_len(text: str, stops: tuple[str, ...], stop_regex: tuple[str, ...] = (), start: int = 0) -> int:
+    """Length of the prefix of ``text`` that can be shown (see ``shown_text_len``)."""
+    return shown_text_len(text, stops, stop_regex, start)
 
 
 class DetokState:
+    """The text of one request.  ``stop_regex`` and ``no_stop_trim`` are read from the first
+    ``ReqOutput`` (every output of a request carries the same values)."""
+
     def __init__(self, tokenizer: Any, skip_special_tokens: bool, stops: tuple[str, ...]) -> None:
         self.decoder = IncrementalDecoder(tokenizer, skip_special_tokens)
         self.stops = stops
+        self.stop_regex: tuple[str, ...] = ()
+        self.no_stop_trim = False
+        self.seen = False
         self.emitted = 0  # characters of text already sent
 
     def update(self, out: ReqOutput) -> None:
         """Fill ``out.text`` (and ``out.final_text`` when the request finished)."""
+        if not self.seen:
+            self.seen = True
+            self.stop_regex, self.no_stop_trim = tuple(out.stop_regex), out.no_stop_trim
         self.decoder.add(out.new_ids)
         if out.finished:
-            final = trim_stop(self.decoder.finish(), out.finish_reason)
+            final = trim_stop(self.decoder.finish(), out.finish_reason, self.stop_regex, self.no_stop_trim)
             out.final_text = final
             out.text = final[self.emitted:]
             return
-        safe = safe_text_len(self.decoder.text, self.stops)
+        if self.no_stop_trim:  # the final text keeps the stop string: nothing to hide
+            safe = len(self.decoder.text)
+        else:
+            safe = safe_text_len(self.decoder.text, self.stops, self.stop_regex, self.emitted)
         if safe > self.emitted:
             out.text = self.decoder.text[self.emitted: safe]
             self.emitted = safe

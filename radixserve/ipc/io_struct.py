@@ -100,6 +100,8 @@ class ReqOutput:
     input_logprobs: Optional[list[Optional[TokenLogprob]]] = None  # final message only
     skip_special_tokens: bool = True
     stop_strs: tuple[str, ...] = ()
+    stop_regex: tuple[str, ...] = ()
+    no_stop_trim: bool = False
     text: str = ""
     final_text: Optional[str] = None
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Optional, Union
+from typing import Union
 
-import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from radixserve.config import EngineConfig, ServerConfig
-from radixserve.server.http_utils import (SSE_DONE, APIKeyMiddleware, error_body, install_error_handlers, parse_body,
-                                         sse)
-from radixserve.server.protocol import AbortReqInput, GenerateReqInput
-from radixserve.server.req_state import ReqState, RequestError
+from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
+                                         parse_body, stream_response)
+from radixserve.server.openai_api import openai_router
+from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
+from radixserve.server.req_state import RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
 
 
@@ -71,45 +71,7 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
     return prompts, params, names, rids, batched
 
 
-async def first_and_rest(events: AsyncIterator[ReqState]):
-    """Await the first event (so errors before it become HTTP errors); return it and the iterator."""
-    try:
-        return await events.__anext__(), events
-    except StopAsyncIteration:
-        return None, events
-
-
-def stream_response(first: Optional[Any], events: AsyncIterator[Any], render: Callable[[Any], list],
-                    tail: Optional[Callable[[], list]] = None) -> StreamingResponse:
-    """SSE of the chunks ``render(state)`` returns for every event, then ``tail()``'s
-    chunks, then [DONE]."""
-
-    async def body():
-        try:
-            item = first
-            while item is not None:
-                for chunk in render(item):
-                    yield sse(chunk)
-                item = await events.__anext__()
-        except StopAsyncIteration:
-            pass
-        except RequestError as e:
-            yield sse(error_body(e.status, e.message))
-        finally:
-            # A client disconnect cancels this task, and anyio re-cancels every later await;
-            # shield the close so the events' cleanup (which aborts the requests) runs.
-            with anyio.CancelScope(shield=True):
-                await events.aclose()
-        for chunk in tail() if tail else []:
-            yield sse(chunk)
-        yield SSE_DONE
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
-
 def create_app(ctx: ServerContext) -> FastAPI:
-    from radixserve.server.openai_api import openai_router
-
     tm = ctx.tm
     app = FastAPI(title="radixserve")
     install_error_handlers(app)
@@ -162,7 +124,17 @@ def create_app(ctx: ServerContext) -> FastAPI:
             return {"input_ids": tm.encode(obj.text)}
         return {"input_ids": [tm.encode(t) for t in obj.text]}
 
+    @app.post("/concate_and_append_request")
+    async def concate_and_append(request: Request):
+        """SGLang's frontend asks to splice the KV of fork branches into the parent; here it is
+        a no-op that succeeds: the parent's next request sends the concatenated text, whose
+        shared prefix the radix cache reuses (the tokens are computed normally, so results
+        match plain text concatenation)."""
+        await parse_body(request, ConcatAndAppendReqInput)
+        return {"success": True}
+
     @app.get("/get_server_info")
+    @app.get("/server_info")
     async def get_server_info(check_invariants: bool = False):
         cfg = ctx.engine_cfg
         info = {**dataclasses.asdict(cfg.model), **dataclasses.asdict(cfg.cache), **dataclasses.asdict(cfg.scheduler),

@@ -1,4 +1,4 @@
-"""HTTP plumbing shared by the native and OpenAI routes: error bodies, SSE, API-key check.
+"""HTTP plumbing shared by the native and OpenAI routes: error bodies, SSE streams, API-key check.
 
 Every error is OpenAI's error object ``{"error": {message, type, param, code}}`` where
 ``param`` is the field the message names ("sampling_params.top_p: ...").
@@ -6,11 +6,12 @@ Every error is OpenAI's error object ``{"error": {message, type, param, code}}``
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, TypeVar
+from typing import Any, AsyncIterator, Callable, Optional, TypeVar
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from radixserve.server.protocol import validation_message
@@ -52,6 +53,42 @@ async def parse_body(request: Request, model: type[M]) -> M:
         return model.model_validate(data)
     except ValidationError as e:
         raise RequestError(400, validation_message(list(e.errors()))) from None
+
+
+async def first_and_rest(events: AsyncIterator[Any]):
+    """Await the first event (so errors before it become HTTP errors); return it and the iterator."""
+    try:
+        return await events.__anext__(), events
+    except StopAsyncIteration:
+        return None, events
+
+
+def stream_response(first: Optional[Any], events: AsyncIterator[Any], render: Callable[[Any], list],
+                    tail: Optional[Callable[[], list]] = None) -> StreamingResponse:
+    """SSE of the chunks ``render(state)`` returns for every event, then ``tail()``'s
+    chunks, then [DONE]."""
+
+    async def body():
+        try:
+            item = first
+            while item is not None:
+                for chunk in render(item):
+                    yield sse(chunk)
+                item = await events.__anext__()
+        except StopAsyncIteration:
+            pass
+        except RequestError as e:
+            yield sse(error_body(e.status, e.message))
+        finally:
+            # A client disconnect cancels this task, and anyio re-cancels every later await;
+            # shield the close so the events' cleanup (which aborts the requests) runs.
+            with anyio.CancelScope(shield=True):
+                await events.aclose()
+        for chunk in tail() if tail else []:
+            yield sse(chunk)
+        yield SSE_DONE
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def install_error_handlers(app: FastAPI) -> None:

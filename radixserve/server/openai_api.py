@@ -15,8 +15,8 @@ from typing import Any, Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from radixserve.server.http_utils import parse_body
-from radixserve.server.protocol import ChatCompletionRequest, CompletionRequest, _OpenAIBase
+from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
+from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, ChatCompletionRequest, CompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
 
 _RENAMES = {"sampling_params.max_new_tokens": "max_tokens", "sampling_params.min_new_tokens": "min_tokens",
@@ -30,17 +30,13 @@ def _openai_names(e: RequestError) -> RequestError:
     return RequestError(e.status, msg, e.headers)
 
 
-def sampling_dict(req: _OpenAIBase, max_tokens: Optional[int], default_max: int) -> dict[str, Any]:
-    d: dict[str, Any] = {"max_new_tokens": default_max if max_tokens is None else max_tokens, "n": req.n,
-                         "temperature": 1.0 if req.temperature is None else req.temperature}
-    for src, dst in (("top_p", "top_p"), ("top_k", "top_k"), ("min_p", "min_p"), ("stop", "stop"), ("seed", "seed"),
-                     ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
-                     ("repetition_penalty", "repetition_penalty"), ("logit_bias", "logit_bias"),
-                     ("min_tokens", "min_new_tokens"), ("ignore_eos", "ignore_eos"),
-                     ("stop_token_ids", "stop_token_ids"), ("skip_special_tokens", "skip_special_tokens")):
-        value = getattr(req, src)
-        if value is not None:
-            d[dst] = value
+def sampling_dict(req: Any, max_tokens: Optional[int], default_max: int) -> dict[str, Any]:
+    """The ``SamplingParams`` dict of an OpenAI request (an ``_OpenAIBase``)."""
+    d: dict[str, Any] = {name: getattr(req, name) for name in OPENAI_SAMPLING_FIELDS if getattr(req, name) is not None}
+    d["max_new_tokens"] = default_max if max_tokens is None else max_tokens
+    d["n"] = req.n
+    if req.min_tokens is not None:
+        d["min_new_tokens"] = req.min_tokens
     rf = req.response_format
     if rf is not None and rf.type == "json_object":
         d["json_schema"] = {"type": "object"}
@@ -48,10 +44,8 @@ def sampling_dict(req: _OpenAIBase, max_tokens: Optional[int], default_max: int)
         if rf.json_schema is None or rf.json_schema.schema_ is None:
             raise RequestError(400, "response_format.json_schema.schema: required for type json_schema")
         d["json_schema"] = rf.json_schema.schema_
-    if req.regex is not None:
-        if "json_schema" in d:
-            raise RequestError(400, "regex: give either regex or response_format, not both")
-        d["regex"] = req.regex
+    if "json_schema" in d and "regex" in d:
+        raise RequestError(400, "regex: give either regex or response_format, not both")
     return d
 
 
@@ -68,8 +62,7 @@ def usage(states: list[ReqState], n: int) -> dict[str, Any]:
 
 
 def openai_router(ctx: Any) -> APIRouter:
-    from radixserve.server.app import first_and_rest, stream_response
-
+    """The OpenAI routes over ``ctx`` (the app's ``ServerContext``)."""
     tm = ctx.tm
     router = APIRouter()
 
@@ -108,7 +101,7 @@ def openai_router(ctx: Any) -> APIRouter:
                                             "owned_by": "radixserve", "root": ctx.model_path,
                                             "max_model_len": tm.info.context_len}]}
 
-    async def respond(req: _OpenAIBase, states: list[ReqState], request: Request, kind: str, top: Optional[int]):
+    async def respond(req: Any, states: list[ReqState], request: Request, kind: str, top: Optional[int]):
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         base = {"id": rid, "created": created, "model": req.model or ctx.model_name}

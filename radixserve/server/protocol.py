@@ -10,7 +10,8 @@ import dataclasses
 import typing
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
+from pydantic_core import PydanticCustomError
 
 from radixserve.sampling_params import SamplingParams
 
@@ -22,30 +23,105 @@ class _SamplingBase(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
-def _sampling_model() -> type[_SamplingBase]:
-    """Every field of ``SamplingParams`` (optional, typed from its annotations), so the API
-    follows the dataclass when fields are added; unknown names are rejected."""
+def sampling_fields(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every field of ``SamplingParams`` but ``exclude``, optional (default None) and typed
+    from its annotations, as ``create_model`` takes them: the request models follow the
+    dataclass when fields are added."""
     hints = typing.get_type_hints(SamplingParams)
-    spec: dict[str, Any] = {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(SamplingParams)}
-    return create_model("SamplingParamsIn", __base__=_SamplingBase, **spec)
+    return {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(SamplingParams)
+            if f.name not in exclude}
 
 
-SamplingParamsIn = _sampling_model()
+# the native API's ``sampling_params``: unknown names are rejected
+SamplingParamsIn = create_model("SamplingParamsIn", __base__=_SamplingBase, **sampling_fields())
 
 
-class GenerateReqInput(BaseModel):
-    """POST /generate (SGLang field names)."""
+def _unset(value: Any) -> bool:
+    """A default of SGLang's: None, False, 0, "" or an empty/all-unset list or dict."""
+    if isinstance(value, (list, tuple)):
+        return all(_unset(v) for v in value)
+    if isinstance(value, dict):
+        return not value
+    return value is None or value is False or value == 0 or value == ""
 
-    model_config = ConfigDict(allow_inf_nan=False)
+
+# Fields of SGLang's GenerateReqInput that would change the result or the response's shape
+# and that this server cannot honour: a 400 naming the field when set to anything but
+# their default (None / False / 0 / an empty list).
+UNSUPPORTED_WHEN_SET: dict[str, str] = {
+    "input_embeds": "input embeddings are not supported (give text or input_ids)",
+    "image_data": "this server serves text-only models",
+    "video_data": "this server serves text-only models",
+    "audio_data": "this server serves text-only models",
+    "token_ids_logprob": "logprobs of chosen token ids are not supported (use top_logprobs_num)",
+    "return_hidden_states": "hidden states are not returned by this server",
+    "return_routed_experts": "this server serves dense models (no experts)",
+    "session_params": "sessions are not supported",
+    "lora_path": "LoRA adapters are not supported",
+    "lora_id": "LoRA adapters are not supported",
+    "custom_logit_processor": "custom logit processors are not supported",
+    "require_reasoning": "reasoning parsers are not supported",
+    "background": "background requests are not supported",
+    "return_bytes": "output bytes are not returned by this server",
+    "return_entropy": "entropy is not returned by this server",
+}
+
+# Fields of SGLang's GenerateReqInput accepted and ignored: scheduling, routing,
+# disaggregation, logging and multimodal hints with no effect on a single text-only rank.
+IGNORED: tuple[str, ...] = (
+    "log_metrics", "routed_experts_start_len", "modalities", "bootstrap_host", "bootstrap_port",
+    "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "disagg_prefill_dp_rank",
+    "data_parallel_rank", "conversation_id", "priority", "extra_key", "routing_key", "no_logs", "custom_labels",
+    "external_trace_header", "received_time", "need_wait_for_mm_inputs", "num_items_assigned",
+    "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch", "video_max_dynamic_patch",
+    "http_worker_ipc",
+)
+
+
+class _GenerateBase(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid")
     text: Union[str, list[str], None] = None
     input_ids: Union[list[int], list[list[int]], None] = None
     sampling_params: Union[SamplingParamsIn, list[SamplingParamsIn], None] = None
     rid: Union[str, list[str], None] = None
     stream: bool = False
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
+    return_logprob: Union[bool, list[bool], None] = False
+    logprob_start_len: Union[int, list[int], None] = -1
+    top_logprobs_num: Union[int, list[int], None] = 0
     return_text_in_logprobs: bool = False
+
+    @field_validator(*UNSUPPORTED_WHEN_SET, check_fields=False)
+    @classmethod
+    def _refuse(cls, value: Any, info: ValidationInfo) -> Any:
+        if not _unset(value):
+            raise PydanticCustomError("unsupported", UNSUPPORTED_WHEN_SET[info.field_name])
+        return value
+
+    @field_validator("return_logprob", "logprob_start_len", "top_logprobs_num")
+    @classmethod
+    def _scalar(cls, value: Any, info: ValidationInfo) -> Any:
+        """SGLang allows a per-prompt list; equal values are accepted as one."""
+        if isinstance(value, list):
+            if any(v != value[0] for v in value):
+                raise PydanticCustomError("per_prompt", "per-prompt values must be equal here; give one value")
+            value = value[0] if value else None
+        return _DEFAULTS[info.field_name] if value is None else value
+
+
+_DEFAULTS = {"return_logprob": False, "logprob_start_len": -1, "top_logprobs_num": 0}
+
+GenerateReqInput = create_model(
+    "GenerateReqInput", __base__=_GenerateBase, __doc__="""POST /generate: every field of SGLang's
+    GenerateReqInput (sglang 0.5.10); unknown names get a 400 naming them.  The fields with no
+    meaning here are typed ``Any`` and listed in ``UNSUPPORTED_WHEN_SET`` and ``IGNORED``.""",
+    **{name: (Any, None) for name in (*UNSUPPORTED_WHEN_SET, *IGNORED)})
+
+
+class ConcatAndAppendReqInput(BaseModel):
+    """POST /concate_and_append_request (SGLang's frontend, ``fork().join("concate_and_append")``)."""
+
+    src_rids: list[str] = Field(default_factory=list)
+    dst_rid: str = ""
 
 
 class AbortReqInput(BaseModel):
@@ -72,35 +148,28 @@ class ResponseFormat(BaseModel):
     json_schema: Optional[JsonSchemaFormat] = None
 
 
-class _OpenAIBase(BaseModel):
-    """Fields shared by /v1/completions and /v1/chat/completions."""
+# SamplingParams fields the OpenAI routes take under OpenAI's name or through another field
+OPENAI_EXCLUDED = ("max_new_tokens", "min_new_tokens", "json_schema", "choices", "n")
+OPENAI_SAMPLING_FIELDS = tuple(sampling_fields(OPENAI_EXCLUDED))
 
+
+class _OpenAIFields(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
     model: Optional[str] = None
     max_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
+    min_tokens: Optional[int] = None  # SGLang's extension
     n: int = 1
-    stop: Union[str, list[str], None] = None
-    seed: Optional[int] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    logit_bias: Optional[dict[int, float]] = None
     user: Optional[str] = None
-    # SGLang extensions
-    min_tokens: Optional[int] = None
-    ignore_eos: Optional[bool] = None
-    stop_token_ids: Optional[list[int]] = None
-    skip_special_tokens: Optional[bool] = None
     rid: Optional[str] = None
-    # structured output: OpenAI's response_format, SGLang's regex
+    # structured output: OpenAI's response_format (SGLang's regex is a sampling field)
     response_format: Optional[ResponseFormat] = None
-    regex: Optional[str] = None
+
+
+# Fields shared by /v1/completions and /v1/chat/completions: OpenAI's, plus every other
+# SamplingParams field under its own name (SGLang's extensions: top_k, regex, stop_regex, ...)
+_OpenAIBase = create_model("_OpenAIBase", __base__=_OpenAIFields, **sampling_fields(OPENAI_EXCLUDED))
 
 
 class CompletionRequest(_OpenAIBase):
