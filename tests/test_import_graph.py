@@ -211,12 +211,12 @@ def test_no_import_cycle_between_packages():
 
 
 def test_the_walk_sees_every_module_and_lazy_imports():
-    graph, _ = module_graph()
-    assert "radixserve.kernels" in graph and "frontend_lang.backend.engine_driver" in graph
-    assert "radixserve.scheduler.scheduler" in graph and "radixserve.request" in graph
-    # model_runner imports the attention registry at module level; the registry imports the
-    # backends inside its factory function: both count
-    assert "radixserve.attention.registry" in graph["radixserve.worker.model_runner"]
+    graph, packages = module_graph()
+    files = [p for d in package_dirs(REPO).values() for p in d.rglob("*.py") if "__pycache__" not in p.parts]
+    assert len(files) == len(graph) and len(graph) > 90
+    assert {"radixserve.kernels", "radixserve.request", "frontend_lang.backend"} <= set(graph)
+    assert "radixserve.kernels" in packages
+    # the registry imports the backends inside its factory function: those edges count
     assert "radixserve.attention.triton_backend" in graph["radixserve.attention.registry"]
 
 
