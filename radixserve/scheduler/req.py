@@ -13,7 +13,7 @@ from radixserve.sampling_params import SamplingParams
 
 @dataclass
 class Req:
-    """One request as the scheduler thread sees it (only that thread reads or writes it).
+    """One request as the scheduler sees it; only the thread that drives the scheduler writes it.
 
     KV bookkeeping (``row``, ``cached_len`` and ``last_node`` are written by ``KVManager`` only;
     the scheduler advances ``kv_len`` after each step): ``row`` is the request's row of slots;
