@@ -232,7 +232,7 @@ def main() -> None:
     vocab = info["worker"]["vocab_size"]
     rng = random.Random(args.seed)
     if args.dataset == "sharegpt":
-        from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+        from radixserve.tokenizer import load_light_tokenizer
 
         tok_path = args.tokenizer or httpx.get(url + "/get_model_info", headers=headers).json()["tokenizer_path"]
         items = sample_sharegpt(args.num_prompts, load_light_tokenizer(tok_path), args.sharegpt_output_len, rng)

@@ -24,13 +24,13 @@ from typing import Any, AsyncIterator, Callable, Iterator, Optional, TypeVar, Un
 
 from radixserve.config import EngineConfig
 from radixserve.engine_driver import EngineDriver
-from radixserve.model import loader
 from radixserve.output_state import OutputState
 from radixserve.request_builder import Limits, RequestBuilder
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.build import build_scheduler, new_req
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler
+from radixserve.tokenizer import load_hf_tokenizer
 from radixserve.worker.build import build_worker
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class Engine:
         self.config = config or EngineConfig.from_kwargs(model, **kwargs)
         self.runner, self.info = build_worker(self.config, show_progress)
         self.model_path = self.info.hf_dir
-        self.tokenizer = loader.load_tokenizer(self.config.model.tokenizer_path or self.model_path)
+        self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
         self.builder = RequestBuilder(Limits.of(self.info))
         # owned by the driver thread: touch it only through run_on_driver (or while idle)
         self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from radixserve.ipc.io_struct import ReqOutput
-from radixserve.ipc.messages import TokenLogprob
+from radixserve.ipc.server_link import ReqOutput
+from radixserve.ipc.worker_link import TokenLogprob
 
 TokenText = Optional[Callable[[int], str]]
 

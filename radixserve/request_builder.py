@@ -13,10 +13,11 @@ This module stays light (no torch): the server process imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 from radixserve.constrained.spec import constraint_of
-from radixserve.ipc.io_struct import TokenizedRequest, WorkerInfo
+from radixserve.ipc.server_link import TokenizedRequest
+from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.sampling_params import SamplingParams
 from radixserve.utils import new_rid
 

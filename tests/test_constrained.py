@@ -86,7 +86,7 @@ def test_vocabulary_bytes_match_the_tokenizer(smol_dir):
     from transformers import AutoTokenizer
 
     from radixserve.constrained.vocab import TokenVocab
-    from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+    from radixserve.tokenizer import load_light_tokenizer
 
     tok = AutoTokenizer.from_pretrained(smol_dir)
     v = TokenVocab.from_tokenizer(tok, len(tok), (tok.eos_token_id,))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixserve.ipc.io_struct import WorkerInfo
+from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.request_builder import Limits, RequestBuilder
 from radixserve.sampling_params import SamplingParams
 

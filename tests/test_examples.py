@@ -4,7 +4,6 @@ validates, a label that is one of the choices, a conversation in the right roles
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys

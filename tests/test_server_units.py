@@ -3,9 +3,9 @@ error messages, and a failed worker step aborting only its own requests."""
 from __future__ import annotations
 
 from conftest import make_engine
-from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+from radixserve.tokenizer import load_light_tokenizer
 from radixserve.detokenizer.process import DetokState, safe_text_len
-from radixserve.ipc.io_struct import ReqOutput
+from radixserve.ipc.server_link import ReqOutput
 from radixserve.sampling_params import SamplingParams
 from radixserve.config import EngineConfig
 from radixserve.scheduler.build import build_scheduler

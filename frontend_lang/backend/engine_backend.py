@@ -85,7 +85,7 @@ class EngineBackend(Backend):
     def chat_template(self) -> ChatTemplate:
         with self._lock:
             if self._template is None:
-                from radixserve.detokenizer.fast_tokenizer import load_hf_tokenizer
+                from radixserve.tokenizer import load_hf_tokenizer
 
                 cfg = self.engine.config.model
                 tok = load_hf_tokenizer(cfg.tokenizer_path or self.engine.model_path)

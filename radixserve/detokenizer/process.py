@@ -15,7 +15,7 @@ import zmq
 
 from radixserve.config import EngineConfig
 from radixserve.detokenizer.incremental import IncrementalDecoder, shown_text_len, trim_stop
-from radixserve.ipc.io_struct import BatchReqOutput, ReqOutput
+from radixserve.ipc.server_link import BatchReqOutput, ReqOutput
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.proc import setup_child
 
@@ -81,7 +81,7 @@ class Detokenizer:
 def run_detokenizer(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, parent_pid: int) -> None:
     """Process entry point (spawned by the launcher)."""
     setup_child("detokenizer", log_level, parent_pid)
-    from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+    from radixserve.tokenizer import load_light_tokenizer
 
     detok = Detokenizer(load_light_tokenizer(cfg.model.tokenizer_path or cfg.model.path))  # path resolved by launcher
     ctx = zmq.Context()

@@ -92,12 +92,6 @@ def load_config(hf_dir: str) -> Any:
     return config
 
 
-def load_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
-
-
 def iter_weights(hf_dir: str):
     """Yield (name, tensor) from every safetensors (or torch .bin) file of a directory."""
     files = sorted(glob.glob(os.path.join(hf_dir, "*.safetensors")))

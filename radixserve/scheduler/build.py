@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from radixserve.config import EngineConfig
-from radixserve.detokenizer.fast_tokenizer import eos_token_ids
-from radixserve.ipc.io_struct import TokenizedRequest, WorkerInfo
+from radixserve.tokenizer import eos_token_ids
+from radixserve.ipc.server_link import TokenizedRequest
+from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler, Worker

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from radixserve.ipc.io_struct import ReqOutput
+from radixserve.ipc.server_link import ReqOutput
 from radixserve.scheduler.req import Req
 
 

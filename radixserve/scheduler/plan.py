@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from radixserve.ipc.messages import ReqInit, StepReq
+from radixserve.ipc.worker_link import ReqInit, StepReq
 from radixserve.scheduler.req import Req
 
 

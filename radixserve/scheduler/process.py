@@ -22,8 +22,8 @@ import torch
 import zmq
 
 from radixserve.config import EngineConfig
-from radixserve.ipc.io_struct import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError, SchedulerStats,
-                                      TokenizedRequest)
+from radixserve.ipc.server_link import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError,
+                                        SchedulerStats, TokenizedRequest)
 from radixserve.ipc.zmq_utils import IPCAddrs, drain, make_socket, send_obj
 from radixserve.proc import setup_child
 from radixserve.scheduler.build import build_scheduler, new_req
@@ -40,7 +40,7 @@ STATS_INTERVAL = 0.5
 
 class SchedulerLoop:
     def __init__(self, cfg: EngineConfig, addrs: IPCAddrs, ctx: zmq.Context) -> None:
-        from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+        from radixserve.tokenizer import load_light_tokenizer
 
         self.from_server = make_socket(ctx, zmq.PULL, addrs.server_to_sched, bind=True)
         self.to_detok = make_socket(ctx, zmq.PUSH, addrs.sched_to_detok, bind=False)

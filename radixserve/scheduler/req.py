@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from radixserve.constrained.fsm_state import GrammarState
-from radixserve.ipc.messages import TokenLogprob
+from radixserve.ipc.worker_link import TokenLogprob
 from radixserve.mem_cache.tree_node import TreeNode
 from radixserve.request import FinishReason, ReqStatus
 from radixserve.sampling_params import SamplingParams

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from radixserve.config import SchedulerConfig
 from radixserve.constrained.manager import GrammarManager, has_constraint
-from radixserve.ipc.messages import StepPlan, StepReq, StepResult
+from radixserve.ipc.worker_link import StepPlan, StepReq, StepResult
 from radixserve.request import FinishReason, ReqStatus
 from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager

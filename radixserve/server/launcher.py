@@ -139,7 +139,7 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     """Run the server until stopped; returns the process exit code."""
     import uvicorn
 
-    from radixserve.detokenizer.fast_tokenizer import load_light_tokenizer
+    from radixserve.tokenizer import load_light_tokenizer
     from radixserve.server.app import ServerContext, create_app
     from radixserve.server.tokenizer_manager import TokenizerManager
 

@@ -18,12 +18,13 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 import zmq
 import zmq.asyncio
 
-from radixserve.ipc.io_struct import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError, SchedulerStats,
-                                      TokenizedRequest, WorkerInfo)
+from radixserve.ipc.server_link import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError,
+                                        SchedulerStats, TokenizedRequest)
+from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, send_obj
 from radixserve.metrics import Metrics
 from radixserve.request_builder import Limits, RequestBuilder
-from radixserve.server.chat_template import ChatEncoder
+from radixserve.server.chat_encoder import ChatEncoder
 from radixserve.server.req_state import ReqState, RequestError
 
 logger = logging.getLogger(__name__)

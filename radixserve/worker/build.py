@@ -5,7 +5,7 @@ Used by the worker process and by the in-process ``Engine`` (the one place the w
 from __future__ import annotations
 
 from radixserve.config import EngineConfig
-from radixserve.ipc.io_struct import WorkerInfo
+from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.model import loader
 from radixserve.utils import tune_malloc
 from radixserve.worker.model_runner import ModelRunner, set_threads

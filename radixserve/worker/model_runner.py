@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,7 +15,7 @@ import torch
 from radixserve.attention.base import ForwardBatch, ForwardMode
 from radixserve.attention.registry import create_attention_backend
 from radixserve.config import CacheConfig, ModelConfig, SchedulerConfig
-from radixserve.ipc.messages import StepOutput, StepPlan, StepResult, TokenLogprob
+from radixserve.ipc.worker_link import StepOutput, StepPlan, StepResult, TokenLogprob
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader

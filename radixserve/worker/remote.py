@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import zmq
 
-from radixserve.ipc.io_struct import WorkerInfo
-from radixserve.ipc.messages import StepPlan, StepResult
+from radixserve.ipc.worker_link import StepPlan, StepResult, WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.worker.process import WorkerError
 

@@ -29,7 +29,7 @@ class ChatEncoder:
         if hasattr(self.tokenizer, "apply_chat_template"):
             fut.set_result(self.tokenizer)
         else:
-            from radixserve.detokenizer.fast_tokenizer import load_hf_tokenizer
+            from radixserve.tokenizer import load_hf_tokenizer
 
             def load() -> None:
                 try:

@@ -1,4 +1,4 @@
-"""Typed messages between the server, the scheduler and the detokenizer processes.
+"""The server's request link: typed messages server -> scheduler -> detokenizer -> server.
 
 Flow: server --TokenizedRequest/AbortReq/ControlReq--> scheduler --BatchReqOutput-->
 detokenizer --BatchReqOutput (text filled in)--> server.  The detokenizer forwards every
@@ -10,21 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from radixserve.ipc.messages import TokenLogprob
+from radixserve.ipc.worker_link import TokenLogprob
 from radixserve.sampling_params import SamplingParams
-
-
-@dataclass
-class WorkerInfo:
-    """What the model worker tells the scheduler (and, through it, the server) once loaded."""
-
-    num_slots: int
-    max_rows: int
-    context_len: int
-    vocab_size: int
-    dtype: str
-    device: str
-    hf_dir: str
 
 
 @dataclass

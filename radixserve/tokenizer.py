@@ -1,5 +1,9 @@
-"""A tokenizer for the scheduler, detokenizer and server processes that avoids importing
-transformers (and torch) when that provably changes nothing; it keeps their start-up short.
+"""Tokenizer loading, for every process and the Engine (one module: nothing else loads one).
+
+``load_hf_tokenizer(path)`` is transformers' ``AutoTokenizer`` (the Engine, the model worker's
+chat templates).  The scheduler, detokenizer and server processes use a lighter one that
+avoids importing transformers (and torch) when that provably changes nothing; it keeps their
+start-up short.
 
 ``load_light_tokenizer(path)`` returns a ``FastTokenizer`` over the Rust ``tokenizers``
 library when the checkpoint's tokenizer is a plain ``tokenizer.json`` whose transformers

@@ -1,4 +1,4 @@
-"""Typed messages between the scheduler and the model worker.
+"""The worker link: typed messages between the scheduler and the model worker.
 
 A step message is O(new tokens): the worker keeps its own request->token table and its
 own per-request sampling state, so the scheduler only sends the slots it just allocated.
@@ -72,3 +72,16 @@ class StepOutput:
 @dataclass
 class StepResult:
     outputs: list[StepOutput]
+
+
+@dataclass
+class WorkerInfo:
+    """What the model worker tells the scheduler (and, through it, the server) once loaded."""
+
+    num_slots: int
+    max_rows: int
+    context_len: int
+    vocab_size: int
+    dtype: str
+    device: str
+    hf_dir: str
