@@ -189,6 +189,77 @@ def test_detok_state_holds_back_a_partial_regex_match():
     assert safe_text_len("abc END", ("END",), (r"x+y",)) == len("abc ")
 
 
+def test_detok_state_stop_regex_and_no_stop_trim(tok):
+    """The detokenizer's per-request state (used by the server and the in-process Engine):
+    streamed deltas never show the regex match, the final text is trimmed at it, and with
+    no_stop_trim nothing is cut."""
+    from radixserve.detokenizer.process import DetokState
+    from radixserve.ipc.io_struct import ReqOutput
+
+    ids = tok.encode("The answer is 42 apples and more", add_special_tokens=False)
+    pattern = r"\d+ apples"
+    for no_trim in (False, True):
+        state, shown = DetokState(tok, True, ()), ""
+        for i, t in enumerate(ids):
+            last = i == len(ids) - 1
+            out = ReqOutput("r", [t], {"type": "stop", "matched": pattern} if last else None,
+                            stop_regex=(pattern,), no_stop_trim=no_trim)
+            state.update(out)
+            shown += out.text
+            assert no_trim or not re.search(r"\d", shown)  # "42" could start a match: held back
+        assert shown == out.final_text
+        assert shown == ("The answer is 42 apples and more" if no_trim else "The answer is ")
+
+
+@pytest.fixture(scope="module")
+def fl(tiny):
+    import frontend_lang
+
+    be = frontend_lang.RuntimeEndpoint(tiny.url, api_key=server_harness.API_KEY)
+    yield be
+    be.shutdown()
+
+
+def test_frontend_lang_sglang_api_on_a_fork_branch(fl):
+    import frontend_lang as sgl
+
+    @sgl.function(num_api_spec_tokens=16)
+    def prog(s):
+        s += "Count:"
+        forks = s.fork(2)
+        forks[1] += " two" + sgl.gen("x", max_tokens=2, temperature=0)
+        forks[0] += " one"
+        forks += lambda i: f" [{i}]"
+        forks.join("concate_and_append")
+        with s.var_scope("tail"):
+            s += " end" + sgl.gen_int("n", max_tokens=3)
+        s["note"] = "set by the program"
+
+    state = prog.run(backend=fl)
+    assert state.error() is None, state.error()
+    x = state.get_var("n")
+    assert re.fullmatch(r"[-+]?[0-9]+[ \n]*", x), x
+    assert state.text().startswith("Count: one [0] two") and " [1] end" in state.text()
+    assert state["tail"] == " end" + x and state["note"] == "set by the program"
+    outs = list(prog.run_batch([{}, {}], backend=fl, generator_style=True))
+    assert len(outs) == 2 and all(o.error() is None for o in outs)
+    _assert_idle_invariants()
+
+
+def test_frontend_lang_refuses_what_has_no_meaning_here():
+    import frontend_lang as sgl
+
+    for call in (lambda: sgl.image("cat.png"), lambda: sgl.video("v.mp4", 4), lambda: sgl.separate_reasoning("x")):
+        with pytest.raises(sgl.ProgramError):
+            call()
+    with pytest.raises(ValueError, match="temperature"):
+        sgl.select("c", ["a", "b"], temperature=0.7)
+    with pytest.raises(ValueError, match="dtype"):
+        sgl.gen("x", dtype=list)
+    with pytest.raises(TypeError, match="top_q"):
+        sgl.gen("x", top_q=0.5)
+
+
 # ---------------------------------------------------------------------------- slow: SGLang's programs
 def _import_sglang() -> types.ModuleType:
     """``import sglang`` and its test programs.  ``sglang.srt.utils`` imports
@@ -235,7 +306,8 @@ class _Quality(ast.NodeTransformer):
         if self.fn is None or not any(text.startswith(q) for q in QUALITY[self.fn]):
             return node
         call = ast.Call(ast.Name("_quality", ast.Load()),
-                        [ast.Constant(self.fn), node.test, node.msg or ast.Constant(text)], [])
+                        [ast.Constant(f"{self.fn}: {text.splitlines()[0]}"), node.test, node.msg or ast.Constant("")],
+                        [])
         return ast.copy_location(ast.Expr(call), node)
 
 
@@ -257,7 +329,7 @@ def load_programs(frontend: str) -> types.ModuleType:
 
     def _quality(program: str, ok: Any, message: Any) -> None:
         if not ok:
-            QUALITY_MISSES.append(f"[{frontend}] {program}: {message}")
+            QUALITY_MISSES.append(f"[{frontend}] {program} -- got: {str(message)[:200]!r}")
 
     mod._quality = _quality
     exec(compile(tree, str(path), "exec"), mod.__dict__)
