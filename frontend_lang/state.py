@@ -168,7 +168,7 @@ class ProgramStateGroup:
         return iter(self.states)
 
     def __iadd__(self, other: Union[ExprLike, list, tuple, Callable[[int], ExprLike]]) -> "ProgramStateGroup":
-        if callable(other) and not hasattr(other, "__add__"):
+        if callable(other):
             other = [other(i) for i in range(len(self.states))]
         if isinstance(other, (list, tuple)):
             if len(other) != len(self.states):

@@ -29,7 +29,8 @@ import httpx
 import pytest
 
 import server_harness
-from server_harness import API_KEY, shared_server
+from frontend_lang import RuntimeEndpoint as FrontendEndpoint
+from server_harness import shared_server
 
 # ---------------------------------------------------------------------------- the lists
 NOT_APPLICABLE = {
@@ -53,6 +54,10 @@ QUALITY = {
 # SGLang's own switch for its quality checks (what SGLang's CI passes for small models)
 PROGRAM_ARGS = {"test_select": {"check_answer": False}, "test_expert_answer": {"check_answer": False},
                 "test_parallel_encoding": {"check_answer": False}}
+
+# max_new_tokens of the gens that set none (SGLang's run() default is 128): the 135M model
+# fills a regex such as REGEX_INT with digits up to the limit, which costs minutes on 2 cores
+DEFAULT_MAX_NEW_TOKENS = 32
 
 APPLICABLE = ["test_few_shot_qa", "test_mt_bench", "test_select", "test_decode_int", "test_decode_json_regex",
               "test_decode_json", "test_expert_answer", "test_tool_use", "test_react", "test_parallel_decoding",
@@ -184,6 +189,77 @@ def test_detok_state_holds_back_a_partial_regex_match():
     assert safe_text_len("abc END", ("END",), (r"x+y",)) == len("abc ")
 
 
+def test_detok_state_stop_regex_and_no_stop_trim(tok):
+    """The detokenizer's per-request state (used by the server and the in-process Engine):
+    streamed deltas never show the regex match, the final text is trimmed at it, and with
+    no_stop_trim nothing is cut."""
+    from radixserve.detokenizer.process import DetokState
+    from radixserve.ipc.io_struct import ReqOutput
+
+    ids = tok.encode("The answer is 42 apples and more", add_special_tokens=False)
+    pattern = r"\d+ apples"
+    for no_trim in (False, True):
+        state, shown = DetokState(tok, True, ()), ""
+        for i, t in enumerate(ids):
+            last = i == len(ids) - 1
+            out = ReqOutput("r", [t], {"type": "stop", "matched": pattern} if last else None,
+                            stop_regex=(pattern,), no_stop_trim=no_trim)
+            state.update(out)
+            shown += out.text
+            assert no_trim or not re.search(r"\d", shown)  # "42" could start a match: held back
+        assert shown == out.final_text
+        assert shown == ("The answer is 42 apples and more" if no_trim else "The answer is ")
+
+
+@pytest.fixture(scope="module")
+def fl(tiny):
+    import frontend_lang
+
+    be = frontend_lang.RuntimeEndpoint(tiny.url, api_key=server_harness.API_KEY)
+    yield be
+    be.shutdown()
+
+
+def test_frontend_lang_sglang_api_on_a_fork_branch(fl):
+    import frontend_lang as sgl
+
+    @sgl.function(num_api_spec_tokens=16)
+    def prog(s):
+        s += "Count:"
+        forks = s.fork(2)
+        forks[1] += " two" + sgl.gen("x", max_tokens=2, temperature=0)
+        forks[0] += " one"
+        forks += lambda i: f" [{i}]"
+        forks.join("concate_and_append")
+        with s.var_scope("tail"):
+            s += " end" + sgl.gen_int("n", max_tokens=3)
+        s["note"] = "set by the program"
+
+    state = prog.run(backend=fl)
+    assert state.error() is None, state.error()
+    x = state.get_var("n")
+    assert re.fullmatch(r"[-+]?[0-9]+[ \n]*", x), x
+    assert state.text().startswith("Count: one [0] two") and " [1] end" in state.text()
+    assert state["tail"] == " end" + x and state["note"] == "set by the program"
+    outs = list(prog.run_batch([{}, {}], backend=fl, generator_style=True))
+    assert len(outs) == 2 and all(o.error() is None for o in outs)
+    _assert_idle_invariants()
+
+
+def test_frontend_lang_refuses_what_has_no_meaning_here():
+    import frontend_lang as sgl
+
+    for call in (lambda: sgl.image("cat.png"), lambda: sgl.video("v.mp4", 4), lambda: sgl.separate_reasoning("x")):
+        with pytest.raises(sgl.ProgramError):
+            call()
+    with pytest.raises(ValueError, match="temperature"):
+        sgl.select("c", ["a", "b"], temperature=0.7)
+    with pytest.raises(ValueError, match="dtype"):
+        sgl.gen("x", dtype=list)
+    with pytest.raises(TypeError, match="top_q"):
+        sgl.gen("x", top_q=0.5)
+
+
 # ---------------------------------------------------------------------------- slow: SGLang's programs
 def _import_sglang() -> types.ModuleType:
     """``import sglang`` and its test programs.  ``sglang.srt.utils`` imports
@@ -230,7 +306,8 @@ class _Quality(ast.NodeTransformer):
         if self.fn is None or not any(text.startswith(q) for q in QUALITY[self.fn]):
             return node
         call = ast.Call(ast.Name("_quality", ast.Load()),
-                        [ast.Constant(self.fn), node.test, node.msg or ast.Constant(text)], [])
+                        [ast.Constant(f"{self.fn}: {text.splitlines()[0]}"), node.test, node.msg or ast.Constant("")],
+                        [])
         return ast.copy_location(ast.Expr(call), node)
 
 
@@ -252,7 +329,7 @@ def load_programs(frontend: str) -> types.ModuleType:
 
     def _quality(program: str, ok: Any, message: Any) -> None:
         if not ok:
-            QUALITY_MISSES.append(f"[{frontend}] {program}: {message}")
+            QUALITY_MISSES.append(f"[{frontend}] {program} -- got: {str(message)[:200]!r}")
 
     mod._quality = _quality
     exec(compile(tree, str(path), "exec"), mod.__dict__)
@@ -266,6 +343,15 @@ def test_the_lists_cover_every_program():
     assert set(QUALITY) <= set(APPLICABLE) and set(PROGRAM_ARGS) <= set(APPLICABLE)
 
 
+class CappedEndpoint(FrontendEndpoint):
+    """frontend_lang's RuntimeEndpoint with DEFAULT_MAX_NEW_TOKENS for gens that set none
+    (frontend_lang leaves it to the server, whose default is SGLang's 128)."""
+
+    def generate(self, text, sampling_params, options, on_text=None):
+        sampling_params = {"max_new_tokens": DEFAULT_MAX_NEW_TOKENS, **sampling_params}
+        return super().generate(text, sampling_params, options, on_text)
+
+
 @pytest.fixture(scope="module")
 def sglang_programs(smol_server) -> Callable[[str], types.ModuleType]:
     """For "sglang" / "frontend_lang": the programs module, with that frontend's default
@@ -275,7 +361,12 @@ def sglang_programs(smol_server) -> Callable[[str], types.ModuleType]:
 
     modules = {name: load_programs(name) for name in ("sglang", "frontend_lang")}
     handles = {"sglang": types.SimpleNamespace(endpoint=sglang.RuntimeEndpoint(smol_server.url)),
-               "frontend_lang": types.SimpleNamespace(endpoint=frontend_lang.RuntimeEndpoint(smol_server.url))}
+               "frontend_lang": types.SimpleNamespace(endpoint=CappedEndpoint(smol_server.url))}
+    from sglang.lang.ir import SglFunction
+
+    saved = {f: dict(f.__kwdefaults__) for f in (SglFunction.run, SglFunction.run_batch)}
+    for f in saved:
+        f.__kwdefaults__["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
     # a handle with ``endpoint`` is how SGLang's programs reach a Runtime's endpoint
     # (test_gen_min_new_tokens reads global_config.default_backend.endpoint)
     sglang.set_default_backend(handles["sglang"])
@@ -283,6 +374,8 @@ def sglang_programs(smol_server) -> Callable[[str], types.ModuleType]:
     yield modules.__getitem__
     sglang.set_default_backend(None)
     frontend_lang.set_default_backend(None)
+    for f, kwdefaults in saved.items():
+        f.__kwdefaults__ = kwdefaults
     handles["frontend_lang"].endpoint.shutdown()
     if QUALITY_MISSES:
         print("\nquality assertions not met (reported, not enforced):\n  " + "\n  ".join(QUALITY_MISSES))
