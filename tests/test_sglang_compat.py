@@ -194,7 +194,7 @@ def test_detok_state_stop_regex_and_no_stop_trim(tok):
     streamed deltas never show the regex match, the final text is trimmed at it, and with
     no_stop_trim nothing is cut."""
     from radixserve.detokenizer.process import DetokState
-    from radixserve.ipc.io_struct import ReqOutput
+    from radixserve.ipc.server_link import ReqOutput
 
     ids = tok.encode("The answer is 42 apples and more", add_special_tokens=False)
     pattern = r"\d+ apples"
