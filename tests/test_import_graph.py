@@ -247,3 +247,62 @@ def test_a_planted_loop_fails(tmp_path, lazy):
     graph, packages = module_graph(tmp_path)
     assert find_cycles(graph) == []
     assert find_cycles(package_graph(graph, packages)) == [["radixserve.alpha", "radixserve.beta", "radixserve.alpha"]]
+
+
+# The layers of docs/ARCHITECTURE.md ("Layout"), lowest first: a module may import only its
+# own unit (package or top-level module) and the units of lower layers.
+LAYERS: list[set[str]] = [
+    {"radixserve.config", "radixserve.sampling_params", "radixserve.request", "radixserve.tokenizer",
+     "radixserve.utils", "radixserve.proc"},
+    {"radixserve.ipc"},
+    {"radixserve.output_state", "radixserve.metrics"},
+    {"radixserve.mem_cache"},
+    {"radixserve.constrained"},
+    {"radixserve.request_builder"},
+    {"radixserve.kernels"},
+    {"radixserve.attention"},
+    {"radixserve.model"},
+    {"radixserve.worker"},
+    {"radixserve.scheduler"},
+    {"radixserve.detokenizer"},
+    {"radixserve.engine_driver"},
+    {"radixserve.engine"},
+    {"radixserve.server"},
+    {"radixserve.cli"},
+    {"radixserve"},  # the package's __init__ (exports Engine)
+    {"frontend_lang"},
+]
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "radixserve" else parts[0]
+
+
+def layering_violations(graph: Graph) -> list[str]:
+    level = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+    bad = []
+    for mod, deps in graph.items():
+        u = _unit(mod)
+        for d in deps:
+            du = _unit(d)
+            if du != u and level[du] >= level[u]:
+                bad.append(f"{mod} -> {d}")
+    return sorted(bad)
+
+
+def test_every_unit_has_a_layer():
+    graph, _ = module_graph()
+    level = {u for layer in LAYERS for u in layer}
+    assert {_unit(m) for m in graph} <= level, sorted({_unit(m) for m in graph} - level)
+
+
+def test_imports_point_down_the_documented_layers():
+    graph, _ = module_graph()
+    bad = layering_violations(graph)
+    assert not bad, "imports that point up (or across) the layers of docs/ARCHITECTURE.md:\n  " + "\n  ".join(bad)
+
+
+def test_layering_check_catches_an_upward_import():
+    graph = {"radixserve.mem_cache.kv_pool": {"radixserve.scheduler.req"}, "radixserve.scheduler.req": set()}
+    assert layering_violations(graph) == ["radixserve.mem_cache.kv_pool -> radixserve.scheduler.req"]
