@@ -36,3 +36,32 @@ def _dot(a, b, UPCAST: tl.constexpr, IEEE: tl.constexpr):
         return tl.dot(a, b, input_precision="ieee")
     else:
         return tl.dot(a, b)
+
+
+@triton.jit
+def _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST: tl.constexpr, IEEE: tl.constexpr):
+    """Fold one masked score tile ``qk [M, N]`` (-inf = masked) and ``v [N, D]`` into the
+    running max ``m_i``, denominator ``l_i`` and numerator ``acc`` (all fp32)."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(qk - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST, IEEE)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _paged_kv_tile(Row, offs_n, mask_n, KBuf, VBuf, kvh, offs_d, mask_d,
+                   stride_kbt, stride_kbh, stride_vbt, stride_vbh, dt):
+    """``K^T [D, N]`` and ``V [N, D]`` of the positions ``offs_n`` of one request, gathered from
+    the pool through its request-to-token row ``Row`` (masked positions read slot 0)."""
+    slots = tl.load(Row + offs_n, mask=mask_n, other=0).to(tl.int64)
+    k = tl.load(
+        KBuf + slots[None, :] * stride_kbt + kvh * stride_kbh + offs_d[:, None],
+        mask=mask_n[None, :] & mask_d[:, None], other=0.0,
+    ).to(dt)
+    v = tl.load(
+        VBuf + slots[:, None] * stride_vbt + kvh * stride_vbh + offs_d[None, :],
+        mask=mask_n[:, None] & mask_d[None, :], other=0.0,
+    ).to(dt)
+    return k, v

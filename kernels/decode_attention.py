@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.kernels._utils import _dot, dot_flags, next_pow2
+from radixserve.kernels._utils import _dot, _online_softmax_step, _paged_kv_tile, dot_flags, next_pow2
 
 
 @triton.jit
@@ -71,23 +71,11 @@ def _decode_stage1_kernel(
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
-        slots = tl.load(ReqToToken + req * stride_rr + offs_n, mask=mask_n, other=0).to(tl.int64)
-        k = tl.load(
-            KBuf + slots[None, :] * stride_kbt + kvh * stride_kbh + offs_d[:, None],
-            mask=mask_n[None, :] & mask_d[:, None], other=0.0,
-        ).to(dt)
+        k, v = _paged_kv_tile(ReqToToken + req * stride_rr, offs_n, mask_n, KBuf, VBuf, kvh, offs_d, mask_d,
+                              stride_kbt, stride_kbh, stride_vbt, stride_vbh, dt)
         qk = _dot(q, k, UPCAST, IEEE) * sm_scale
         qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            VBuf + slots[:, None] * stride_vbt + kvh * stride_vbh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :], other=0.0,
-        ).to(dt)
-        acc = acc * alpha[:, None] + _dot(p.to(dt), v, UPCAST, IEEE)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST, IEEE)
 
     live_h = mask_h & ((tl.zeros([BLOCK_H], dtype=tl.int32) + end) > start)
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)

@@ -25,19 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.kernels._utils import _dot, dot_flags, next_pow2
-
-
-@triton.jit
-def _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST: tl.constexpr, IEEE: tl.constexpr):
-    """Fold one masked score tile ``qk [M, N]`` (-inf = masked) and ``v [N, D]`` into the
-    running max ``m_i``, denominator ``l_i`` and numerator ``acc`` (all fp32)."""
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(qk - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST, IEEE)
-    return m_new, l_i, acc
+from radixserve.kernels._utils import _dot, _online_softmax_step, _paged_kv_tile, dot_flags, next_pow2
 
 
 @triton.jit
@@ -83,17 +71,10 @@ def _extend_attn_kernel(
     for start_n in range(0, prefix_end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < prefix_len
-        slots = tl.load(ReqToToken + req * stride_rr + offs_n, mask=mask_n, other=0).to(tl.int64)
-        k = tl.load(
-            KBuf + slots[None, :] * stride_kbt + kvh * stride_kbh + offs_d[:, None],
-            mask=mask_n[None, :] & mask_d[:, None], other=0.0,
-        ).to(dt)
+        k, v = _paged_kv_tile(ReqToToken + req * stride_rr, offs_n, mask_n, KBuf, VBuf, kvh, offs_d, mask_d,
+                              stride_kbt, stride_kbh, stride_vbt, stride_vbh, dt)
         qk = _dot(q, k, UPCAST, IEEE) * sm_scale
         qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        v = tl.load(
-            VBuf + slots[:, None] * stride_vbt + kvh * stride_vbh + offs_d[None, :],
-            mask=mask_n[:, None] & mask_d[None, :], other=0.0,
-        ).to(dt)
         m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST, IEEE)
 
     # Stage 2: the new tokens themselves, causal; only up to the end of this query block.
