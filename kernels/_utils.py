@@ -65,3 +65,20 @@ def _paged_kv_tile(Row, offs_n, mask_n, KBuf, VBuf, kvh, offs_d, mask_d,
         mask=mask_n[:, None] & mask_d[None, :], other=0.0,
     ).to(dt)
     return k, v
+
+
+@triton.jit
+def _attend_paged(q, m_i, l_i, acc, Row, lo, hi, limit, KBuf, VBuf, kvh, offs_d, mask_d,
+                  stride_kbt, stride_kbh, stride_vbt, stride_vbh, sm_scale,
+                  BLOCK_N: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr):
+    """Fold the cached positions ``[lo, hi)`` (those ``>= limit`` masked) of one request into the
+    online softmax of the query tile ``q [M, D]``; returns the new ``(m_i, l_i, acc)``."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < limit
+        k, v = _paged_kv_tile(Row, offs_n, mask_n, KBuf, VBuf, kvh, offs_d, mask_d,
+                              stride_kbt, stride_kbh, stride_vbt, stride_vbh, q.dtype)
+        qk = _dot(q, k, UPCAST, IEEE) * sm_scale
+        qk = tl.where(mask_n[None, :], qk, float("-inf"))
+        m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST, IEEE)
+    return m_i, l_i, acc

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.kernels._utils import _dot, _online_softmax_step, _paged_kv_tile, dot_flags, next_pow2
+from radixserve.kernels._utils import _attend_paged, dot_flags, next_pow2
 
 
 @triton.jit
@@ -60,7 +60,6 @@ def _decode_stage1_kernel(
     end = tl.minimum(start + per_split, seq_len)
     end = tl.where(split < num_splits, end, start)  # splits past num_splits are empty
 
-    dt = Q.dtype.element_ty
     q = tl.load(
         Q + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
         mask=mask_h[:, None] & mask_d[None, :], other=0.0,
@@ -68,14 +67,9 @@ def _decode_stage1_kernel(
     m_i = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    for start_n in range(start, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < end
-        k, v = _paged_kv_tile(ReqToToken + req * stride_rr, offs_n, mask_n, KBuf, VBuf, kvh, offs_d, mask_d,
-                              stride_kbt, stride_kbh, stride_vbt, stride_vbh, dt)
-        qk = _dot(q, k, UPCAST, IEEE) * sm_scale
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST, IEEE)
+    m_i, l_i, acc = _attend_paged(q, m_i, l_i, acc, ReqToToken + req * stride_rr, start, end, end, KBuf, VBuf,
+                                  kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt, stride_vbh, sm_scale,
+                                  BLOCK_N, UPCAST, IEEE)
 
     live_h = mask_h & ((tl.zeros([BLOCK_H], dtype=tl.int32) + end) > start)
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)

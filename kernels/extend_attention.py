@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixserve.kernels._utils import _dot, _online_softmax_step, _paged_kv_tile, dot_flags, next_pow2
+from radixserve.kernels._utils import _attend_paged, _dot, _online_softmax_step, dot_flags, next_pow2
 
 
 @triton.jit
@@ -68,14 +68,9 @@ def _extend_attn_kernel(
 
     # Stage 1: the cached prefix, read through req_to_token; no mask but the length.
     prefix_end = tl.where(block_live, prefix_len, 0)
-    for start_n in range(0, prefix_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < prefix_len
-        k, v = _paged_kv_tile(ReqToToken + req * stride_rr, offs_n, mask_n, KBuf, VBuf, kvh, offs_d, mask_d,
-                              stride_kbt, stride_kbh, stride_vbt, stride_vbh, dt)
-        qk = _dot(q, k, UPCAST, IEEE) * sm_scale
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST, IEEE)
+    m_i, l_i, acc = _attend_paged(q, m_i, l_i, acc, ReqToToken + req * stride_rr, 0, prefix_end, prefix_len,
+                                  KBuf, VBuf, kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt, stride_vbh,
+                                  sm_scale, BLOCK_N, UPCAST, IEEE)
 
     # Stage 2: the new tokens themselves, causal; only up to the end of this query block.
     ext_end = tl.where(block_live, tl.minimum((mb + 1) * BLOCK_M, ext_len), 0)
