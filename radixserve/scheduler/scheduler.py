@@ -19,10 +19,10 @@ from radixserve.config import SchedulerConfig
 from radixserve.constrained.manager import GrammarManager, has_constraint
 from radixserve.ipc.worker_link import StepPlan, StepReq, StepResult
 from radixserve.request import FinishReason, ReqStatus
+from radixserve.scheduler.admission import admit_waiting
 from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.plan import make_step_req
-from radixserve.scheduler.policy import InBatchPrefixFilter, order_waiting
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.stop import StopChecker
 
@@ -142,46 +142,11 @@ class Scheduler:
             if req.kv_len + n == req.fill_len:
                 self.chunked = None
         if self.chunked is None and self.waiting and len(self.running) < cfg.max_running_requests:
-            self._admit(batch, token_budget, min(chunk, token_budget), reserve)
+            self.chunked = admit_waiting(self.waiting, self.running, kv, cfg, self.ratio, batch, token_budget,
+                                         min(chunk, token_budget), reserve)
         if not batch:
             return None, None
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
-
-    def _admit(self, batch: list, token_budget: int, chunk: int, reserve: float) -> None:
-        cfg, kv = self.cfg, self.kv
-        in_batch = InBatchPrefixFilter(cfg.in_batch_prefix_threshold if cfg.schedule_policy == "lpm" else 0)
-        for req in order_waiting(list(self.waiting), kv, cfg.schedule_policy, cfg.lpm_queue_limit):
-            if len(self.running) >= cfg.max_running_requests or token_budget <= 0:
-                break
-            match = kv.match_and_lock(req)
-            if in_batch.should_defer(req.fill_ids, match.length):
-                kv.unlock(match)
-                continue
-            extend = req.fill_len - match.length
-            n = min(extend, chunk, token_budget)
-            future = req.remaining_new_tokens() * self.ratio + (extend - n)
-            busy = bool(self.running) or bool(batch)
-            if n > kv.available() or (busy and n + future + reserve > kv.available()):
-                kv.unlock(match)
-                break
-            admitted = kv.admit(req, match, n)
-            assert admitted, "admission checked kv.available()"
-            if not req.admitted_once:
-                req.admitted_once = True
-                req.cached_tokens = match.length
-                kv.record_hit(match.length, len(req.input_ids))
-                if req.return_logprob and req.logprob_start_len == 0:
-                    req.input_logprobs.append(None)
-            self.waiting.remove(req)
-            req.status = ReqStatus.RUNNING
-            self.running.append(req)
-            batch.append((req, n))
-            in_batch.add(req.fill_ids)
-            reserve += future
-            token_budget -= n
-            if n < extend:
-                self.chunked = req
-                break
 
     def _step_req(self, req: Req, n: int) -> StepReq:
         sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids)

@@ -1,0 +1,62 @@
+"""Admission: which waiting requests join the next extend batch, and with how many tokens.
+
+A request is admitted when its next chunk fits in the free plus evictable slots and, while
+anything else runs or was admitted in this round, when the chunk, the rest of its prompt and
+``ratio x`` the new tokens it may still make fit on top of what the running requests
+reserve (``reserve``); so decode rarely runs out of memory, and with nothing running a
+request is always admitted when its chunk fits (nothing starves).  Scheduler thread only.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Optional
+
+from radixserve.config import SchedulerConfig
+from radixserve.request import ReqStatus
+from radixserve.scheduler.kv_manager import KVManager
+from radixserve.scheduler.policy import InBatchPrefixFilter, order_waiting
+from radixserve.scheduler.req import Req
+
+
+def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: SchedulerConfig, ratio: float,
+                  batch: list[tuple[Req, int]], token_budget: int, chunk: int, reserve: float) -> Optional[Req]:
+    """Admit waiting requests in policy order until the batch, the token budget or memory is full.
+
+    Mutates: an admitted request moves from ``waiting`` to ``running`` (status RUNNING) with a
+    row holding its cached prefix (locked) and ``n`` new slots, and ``(req, n)`` is appended to
+    ``batch``; its first admission records its cache hit.  Returns the request whose prompt
+    was cut at ``chunk`` (the caller continues it as the chunked request), or None.
+    """
+    in_batch = InBatchPrefixFilter(cfg.in_batch_prefix_threshold if cfg.schedule_policy == "lpm" else 0)
+    for req in order_waiting(list(waiting), kv, cfg.schedule_policy, cfg.lpm_queue_limit):
+        if len(running) >= cfg.max_running_requests or token_budget <= 0:
+            break
+        match = kv.match_and_lock(req)
+        if in_batch.should_defer(req.fill_ids, match.length):
+            kv.unlock(match)
+            continue
+        extend = req.fill_len - match.length
+        n = min(extend, chunk, token_budget)
+        future = req.remaining_new_tokens() * ratio + (extend - n)
+        busy = bool(running) or bool(batch)
+        if n > kv.available() or (busy and n + future + reserve > kv.available()):
+            kv.unlock(match)
+            break
+        admitted = kv.admit(req, match, n)
+        assert admitted, "admission checked kv.available()"
+        if not req.admitted_once:
+            req.admitted_once = True
+            req.cached_tokens = match.length
+            kv.record_hit(match.length, len(req.input_ids))
+            if req.return_logprob and req.logprob_start_len == 0:
+                req.input_logprobs.append(None)
+        waiting.remove(req)
+        req.status = ReqStatus.RUNNING
+        running.append(req)
+        batch.append((req, n))
+        in_batch.add(req.fill_ids)
+        reserve += future
+        token_budget -= n
+        if n < extend:
+            return req
+    return None
