@@ -1,12 +1,18 @@
-"""Shared fixtures: a tiny random-init Llama (no download) and the default SmolLM2 weights."""
+"""Shared fixtures: a tiny random-init Llama (no download) and the default SmolLM2 weights;
+the tiny server and engine behind the frontend_lang backends of the tests/test_frontend_*.py
+modules; helpers that several test modules import (``from conftest import make_engine``)."""
 from __future__ import annotations
 
 import os
+import random
+import time
 
 import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# plain helper modules of tests/: their asserts report values like a test's own
+pytest.register_assert_rewrite("kv_helpers", "kv_sim", "frontend_programs")
 
 
 @pytest.fixture(scope="session")
@@ -80,3 +86,86 @@ def smol_server(smol_dir):
     srv = ServerHandle(smol_dir, "--max-total-tokens", "4096").wait_ready()
     yield srv
     srv.stop()
+
+
+SYSTEM = list(range(1000, 1100))  # a shared 100-token "system prompt"
+
+
+def random_prompts(seed: int, n: int) -> list[list[int]]:
+    """``n`` random token prompts; every other one starts with ``SYSTEM``."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        body = [rng.randrange(200, 40000) for _ in range(rng.randrange(1, 60))]
+        out.append((SYSTEM + body) if i % 2 == 0 else body)
+    return out
+
+
+# ---------------------------------------------------------------- frontend_lang backends
+# Used by tests/test_frontend_lang.py and tests/test_frontend_batch_errors.py, which also
+# apply ``kv_invariants`` to each of their tests (pytestmark usefixtures).
+@pytest.fixture(scope="module")
+def server(tiny_dir):
+    """The session's tiny-model server (test modules with a server of their own override this)."""
+    from server_harness import shared_server
+
+    return shared_server(tiny_dir)
+
+
+@pytest.fixture(scope="module")
+def http_backend(server):
+    from frontend_lang import RuntimeEndpoint
+    from server_harness import API_KEY
+
+    be = RuntimeEndpoint(server.url, api_key=API_KEY)
+    yield be
+    be.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine_backend(tiny_dir):
+    from frontend_lang import EngineBackend
+
+    be = EngineBackend(make_engine(tiny_dir))
+    yield be
+    be.shutdown()
+
+
+def _engine_idle_invariants(sched) -> None:
+    assert not sched.has_work(), sched.stats()
+    sched.check_invariants()
+
+
+@pytest.fixture
+def kv_invariants(request):
+    """After the test: no request holds a KV slot and the allocator's invariants hold, on
+    the shared server and on the in-process engine (checked on its driver thread) -- for
+    whichever of the two the test used, directly or through ``backend``.  Not autouse: a
+    module opts in with ``pytestmark = pytest.mark.usefixtures("kv_invariants")``."""
+    from frontend_lang import EngineBackend, RuntimeEndpoint
+    import server_harness
+    from server_harness import ServerHandle
+
+    yield
+    used = list(request.node.funcargs.values())
+    if any(isinstance(v, (RuntimeEndpoint, ServerHandle)) for v in used):
+        s = server_harness._shared.wait_idle()["scheduler"]
+        assert s["invariants_ok"], s["invariant_error"]
+        assert s["held_slots"] == 0, s
+    for be in (v for v in used if isinstance(v, EngineBackend)):
+        deadline = time.time() + 30
+        while be.engine.run_on_driver(lambda s: s.has_work(), 30) and time.time() < deadline:
+            time.sleep(0.1)
+        be.engine.run_on_driver(_engine_idle_invariants, 30)
+
+
+@pytest.fixture(params=["http", "engine"])
+def backend(request):
+    return request.getfixturevalue(f"{request.param}_backend")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)

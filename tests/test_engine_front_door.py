@@ -111,3 +111,10 @@ def test_tokenizer_manager_uses_the_same_builder(tiny_engine, tmp_path):
     assert e.value.status == 400
     with pytest.raises(RequestError, match="sampling_params.top_p"):
         tm.build([[1]], [{"top_p": 0}], ["text"], None)
+
+
+def test_text_prompts_and_long_outputs_are_clamped(tiny_engine):
+    o = tiny_engine.generate("Hello there", {"max_new_tokens": 10**6, "temperature": 0, "ignore_eos": True,
+                                             "stop_token_ids": [0]})
+    assert o["meta_info"]["prompt_tokens"] == len(tiny_engine.tokenizer.encode("Hello there"))
+    assert o["meta_info"]["completion_tokens"] <= 1024

@@ -9,10 +9,12 @@ import threading
 import httpx
 import pytest
 
-from frontend_fixtures import SYS, backend, chat, engine_backend, http_backend, kv_invariants, server, story, tok  # noqa: F401
 from frontend_lang import (BackendError, ProgramError, RuntimeEndpoint, assistant, function, gen, get_default_backend,
                            select, set_default_backend, system, user)
+from frontend_programs import SYS, chat, story
 from server_harness import free_port
+
+pytestmark = pytest.mark.usefixtures("kv_invariants")  # conftest.py
 
 
 # ---------------------------------------------------------------------------------------- errors

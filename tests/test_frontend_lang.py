@@ -10,8 +10,10 @@ import re
 import pytest
 
 from constrained_cases import SCHEMA_TOKENS, SCHEMAS, valid
-from frontend_fixtures import backend, chat, engine_backend, http_backend, kv_invariants, server, story, tok  # noqa: F401
 from frontend_lang import function, gen, greedy_token_selection, select
+from frontend_programs import chat, story
+
+pytestmark = pytest.mark.usefixtures("kv_invariants")  # conftest.py
 
 
 # ---------------------------------------------------------------------------------------- roles

@@ -3,17 +3,16 @@
 Each scenario drives requests the way the scheduler does (match_and_lock -> admit or unlock;
 alloc_extend / make_room + alloc_decode; the caller advances ``kv_len`` after a step;
 cache_unfinished; release on finish or retraction) and checks the memory invariants after
-every step.  The randomized simulation of the same interface is in test_radix_cache.py.
+every step.  The randomized simulation of the same interface is in test_kv_manager_fuzz.py.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import torch
 
-from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
-from radixserve.mem_cache.tree_node import TreeNode
+from kv_helpers import make_kv
+from radixserve.mem_cache.invariants import check_memory_invariants
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.policy import order_waiting
@@ -171,27 +170,6 @@ def test_invariant_checker_catches_a_double_free(disable):
         kv.check_invariants()
 
 
-# --------------------------------------------------------------------------- NoPrefixCache
-def test_no_prefix_cache_contract():
-    freed: list[list[int]] = []
-    cache = NoPrefixCache(lambda s: freed.append(s.tolist()))
-    slots, node = cache.match_prefix([1, 2, 3])
-    assert slots.numel() == 0 and node is cache.root
-    cache.inc_lock_ref(node)
-    cache.dec_lock_ref(node)
-    with pytest.raises(AssertionError):
-        cache.inc_lock_ref(TreeNode([1], torch.tensor([5]), cache.root))
-    value = torch.tensor([4, 5, 6])
-    assert cache.insert([1, 2, 3], value) == 0 and freed == []  # nothing kept, nothing taken
-    assert cache.cache_unfinished([1, 2, 3], value, 0, cache.root) is None and freed == []
-    cache.cache_finished([1, 2, 3], value, 0, cache.root)
-    assert freed == [[4, 5, 6]]
-    assert cache.evict(10) == 0 and cache.flush() is True and cache.all_nodes() == []
-    cache.record_hit(0, 7)
-    s = cache.stats()
-    assert (s["cache_size"], s["hit_tokens"], s["query_tokens"], s["hit_rate"]) == (0, 0, 7, 0.0)
-
-
 def test_no_prefix_manager_never_caches():
     kv = make(disable=True)
     a, b = req("a", [1, 2, 3, 4]), req("b", [1, 2, 3, 4])
@@ -218,3 +196,49 @@ def test_internals_stay_behind_the_interface(disable):
     for private in ("kv._allocator", "kv._cache", "kv._rows", ".table["):
         assert private not in scheduler_src, private
     kv.check_invariants()
+
+
+# --------------------------------------------------------------------------- over parts the test keeps
+def test_cache_unfinished_replaces_duplicates_with_tree_slots():
+    """Two requests computing the same prompt concurrently: the second one to cache gets its
+    row rewritten to the tree's slots and its duplicate slots freed."""
+    kv, allocator, cache, _ = make_kv(16, 4, 32)
+    a = Req("a", [1, 2, 3, 4], SamplingParams())
+    b = Req("b", [1, 2, 3, 4, 5], SamplingParams())
+    for r in (a, b):
+        match = kv.match_and_lock(r)
+        assert match.slots.numel() == 0
+        assert kv.admit(r, match, r.fill_len)
+        r.kv_len = r.fill_len
+    a_row = kv.row(a)[:4].tolist()
+    b_row = kv.row(b)[:5].tolist()
+    assert kv.cache_unfinished(a) is False  # first to cache: nothing to rewrite
+    assert a.cached_len == 4 and a.last_node.lock_ref == 1
+    free_before = set(allocator.free_slots().tolist())
+    assert kv.cache_unfinished(b) is True
+    assert kv.row(b)[:5].tolist() == a_row + b_row[4:]
+    assert set(allocator.free_slots().tolist()) - free_before == set(b_row[:4])
+    assert b.cached_len == 5 and b.last_node.key == [5] and b.last_node.parent is a.last_node
+    assert a.last_node.lock_ref == 2
+    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len: r.kv_len].long(), r.last_node)
+                                               for r in (a, b)])
+    kv.release(a)
+    kv.release(b)
+    check_memory_invariants(allocator, cache, [])
+    assert cache.protected_size == 0 and cache.evictable_size == 5
+    cache.evict(100)
+    assert allocator.available_size() == 15
+
+
+def test_flush_with_a_running_request_on_the_root():
+    """Regression: a request with nothing cached points at the root; flush must keep it."""
+    kv, allocator, cache, _ = make_kv(16, 4, 32)
+    cache.insert([7, 8], allocator.alloc(2))
+    r = Req("a", [1, 2, 3], SamplingParams())
+    assert kv.admit(r, kv.match_and_lock(r), 3)
+    r.kv_len = 3
+    assert kv.flush() is True and cache.total_size() == 0
+    kv.cache_unfinished(r)
+    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len:r.kv_len].long(), r.last_node)])
+    kv.release(r)
+    check_memory_invariants(allocator, cache)
