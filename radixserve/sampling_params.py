@@ -148,7 +148,7 @@ class SamplingParams:
                 bad("sampling_seed", "must be an integer")
             if self.seed is not None and self.seed != self.sampling_seed:
                 bad("sampling_seed", "differs from seed (sampling_seed is SGLang's name for seed)")
-            self.seed = self.sampling_seed
+            self.seed, self.sampling_seed = self.sampling_seed, None  # normalized: verify stays idempotent
         if self.stream_interval is not None and not (is_int(self.stream_interval) and self.stream_interval >= 1):
             bad("stream_interval", "must be an integer >= 1")
         if self.custom_params is not None and not isinstance(self.custom_params, dict):
