@@ -24,3 +24,29 @@ def test_min_new_tokens_and_ignore_eos(tiny_engine):
     o = tiny_engine.generate(input_ids=[9, 10], sampling_params={
         "max_new_tokens": 6, "temperature": 0, "logit_bias": {eos: 1e4}, "ignore_eos": True})
     assert o["output_ids"] == [eos] * 6 and o["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_stop_regex_through_the_engine_trims_and_streams_safely(tiny_engine):
+    """SGLang's ``stop_regex`` on the in-process path: generation ends at the first match, the
+    match is trimmed (kept with ``no_stop_trim``), and streamed text never shows it nor shrinks."""
+    import re
+
+    eng = tiny_engine
+    sp = {"max_new_tokens": 24, "temperature": 0, "frequency_penalty": 2.0, "presence_penalty": 2.0}
+    base = eng.generate(input_ids=[100, 200, 300], sampling_params=sp)
+    text = base["text"]
+    assert len(text) > 8
+    pattern = re.escape(text[4]) + "." + re.escape(text[6])  # first match at or before offset 4
+    first = re.search(pattern, text)
+    o = eng.generate(input_ids=[100, 200, 300], sampling_params={**sp, "stop_regex": pattern})
+    assert o["meta_info"]["finish_reason"] == {"type": "stop", "matched": pattern}
+    assert o["text"] == text[: first.start()]
+    kept = eng.generate(input_ids=[100, 200, 300], sampling_params={**sp, "stop_regex": [pattern],
+                                                                     "no_stop_trim": True})
+    assert kept["text"].startswith(text[: first.end()]) and re.search(pattern, kept["text"])
+    prev = ""
+    for ch in eng.generate_stream(input_ids=[100, 200, 300], sampling_params={**sp, "stop_regex": pattern}):
+        assert ch["text"].startswith(prev) and not re.search(pattern, ch["text"])
+        prev = ch["text"]
+    assert prev == o["text"]
+    eng.check_invariants()
