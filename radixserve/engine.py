@@ -5,7 +5,9 @@
     for chunk in eng.generate_stream("Tell me a story", {"max_new_tokens": 64}):
         print(chunk["text"])
 
-Thread-safe: a driver thread of its own (``EngineDriver``) owns the scheduler; ``generate``,
+Thread-safe: ``EngineDriver`` lets one thread at a time step the scheduler -- the thread that
+waits in ``generate`` / ``generate_stream`` (so a single-threaded caller steps on its own
+thread, as fast as before), else a background thread of its own; ``generate``,
 ``generate_stream``, their async variants and the admin calls may come from any thread at
 once.  Requests go through the same front door (``RequestBuilder``) and output path
 (incremental detokenizer, ``OutputState``) as the server, so results and ``meta_info`` have
@@ -74,7 +76,7 @@ class Engine:
         self.model_path = self.info.hf_dir
         self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
         self.builder = RequestBuilder(Limits.of(self.info))
-        # owned by the driver thread: touch it only through run_on_driver (or while idle)
+        # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
         self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
         self._driver = EngineDriver(self.scheduler, self.tokenizer)
         self._finalizer = weakref.finalize(self, self._driver.close)
@@ -94,7 +96,7 @@ class Engine:
                return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
                on_update: Optional[Callable[[OutputState], None]] = None) -> tuple[Future, list[str], bool]:
         """Start a request group; returns (future of its result dicts, rids, batched).
-        ``on_update`` runs on the driver thread (see ``EngineDriver``)."""
+        ``on_update`` runs on the thread that steps the scheduler (see ``EngineDriver``)."""
         reqs, batched = self.make_requests(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
                                            top_logprobs_num)
         return self._driver.submit(reqs, on_update), [r.rid for r in reqs], batched
@@ -105,6 +107,7 @@ class Engine:
         fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
                                          top_logprobs_num)
         try:
+            self._driver.drive(fut.done)  # this thread steps the scheduler (see EngineDriver)
             outs = fut.result()
         finally:  # e.g. KeyboardInterrupt while waiting
             self._abort_unfinished(fut, rids, "aborted by client")
@@ -122,7 +125,10 @@ class Engine:
                                    top_logprobs_num, on_update=lambda st: chunks.put(_chunk(st)))
         fut.add_done_callback(lambda _f: chunks.put(_END))
         try:
-            while (item := chunks.get()) is not _END:
+            while True:
+                self._driver.drive(lambda: not chunks.empty())  # this thread steps meanwhile
+                if (item := chunks.get()) is _END:
+                    break
                 yield item
             fut.result()  # raise the group's error, if any
         finally:
@@ -168,9 +174,9 @@ class Engine:
             for rid in rids:
                 self._driver.abort(rid, message)
 
-    # ------------------------------------------------------------------ admin (run on the driver thread)
+    # ------------------------------------------------------------------ admin (run between steps)
     def run_on_driver(self, fn: Callable[[Scheduler], T], timeout: Optional[float] = None) -> T:
-        """``fn(scheduler)`` on the driver thread, between steps; returns its result."""
+        """``fn(scheduler)`` on the stepping thread, between steps; returns its result."""
         return self._driver.call(fn).result(timeout)
 
     def flush_cache(self) -> bool:
@@ -183,7 +189,7 @@ class Engine:
         self.run_on_driver(lambda s: s.check_invariants())
 
     def shutdown(self) -> None:
-        """Stop the driver thread; running requests' futures fail.  Idempotent."""
+        """Stop the driver; running requests' futures fail.  Idempotent."""
         self._finalizer.detach()
         self._driver.close()
 

@@ -103,3 +103,47 @@ def test_admin_calls_from_threads_while_generating(tiny_dir):
         t.join(timeout=60)
     assert checks and all(len(o["output_ids"]) == 12 for o in outs)
     eng.check_invariants()
+
+
+def test_the_waiting_caller_steps_the_scheduler(tiny_engine):
+    """``generate`` steps the scheduler on the calling thread (the single-threaded case runs as
+    fast as a plain loop); asyncio callers are served by the engine's background thread."""
+    import asyncio
+
+    eng = tiny_engine
+    seen: list[str] = []
+    hook = lambda req: seen.append(threading.current_thread().name)  # noqa: E731 - runs when a request finishes
+    eng.run_on_driver(lambda s: s.hooks.append(hook))
+    try:
+        eng.generate(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, "temperature": 0})
+        assert seen == [threading.current_thread().name]
+        seen.clear()
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("o", eng.generate(input_ids=[[5, 6], [8, 9]], sampling_params={
+            "max_new_tokens": 4, "temperature": 0})), name="caller-thread")
+        t.start()
+        t.join(timeout=120)
+        assert len(out["o"]) == 2 and seen == ["caller-thread", "caller-thread"]
+        seen.clear()
+        asyncio.run(eng.async_generate(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, "temperature": 0}))
+        assert seen == [eng._driver._thread.name]
+    finally:
+        eng.run_on_driver(lambda s: s.hooks.remove(hook))
+    eng.check_invariants()
+
+
+def test_a_callback_cannot_wait_for_the_engine(tiny_engine):
+    """Waiting for the engine from the thread that steps it would deadlock: it raises instead."""
+    errors = []
+
+    def on_update(state) -> None:
+        try:
+            tiny_engine.generate(input_ids=[1, 2], sampling_params={"max_new_tokens": 1})
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    fut, _, _ = tiny_engine.submit(input_ids=[3, 4], sampling_params={"max_new_tokens": 2, "temperature": 0},
+                                   on_update=on_update)
+    fut.result(timeout=120)
+    assert errors and "cannot wait for the engine" in errors[0]
+    tiny_engine.check_invariants()

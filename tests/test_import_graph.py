@@ -265,6 +265,7 @@ LAYERS: list[set[str]] = [
     {"radixserve.worker"},
     {"radixserve.scheduler"},
     {"radixserve.detokenizer"},
+    {"radixserve.engine_groups"},
     {"radixserve.engine_driver"},
     {"radixserve.engine"},
     {"radixserve.server"},
