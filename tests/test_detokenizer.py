@@ -2,7 +2,8 @@
 a stop string, and a DetokState stream that never shows the stop string."""
 from __future__ import annotations
 
-from radixserve.detokenizer.process import DetokState, safe_text_len
+from radixserve.detokenizer.incremental import safe_text_len
+from radixserve.detokenizer.process import DetokState
 from radixserve.ipc.server_link import ReqOutput
 from radixserve.tokenizer import load_light_tokenizer
 

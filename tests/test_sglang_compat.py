@@ -147,7 +147,7 @@ def test_stop_regex_streamed_never_shows_the_match_nor_shrinks(tiny, tok):
 
 
 def test_detok_state_holds_back_a_partial_regex_match():
-    from radixserve.detokenizer.process import safe_text_len
+    from radixserve.detokenizer.incremental import safe_text_len
 
     assert safe_text_len("total: 12", (), (r"\d+ apples",)) == len("total: ")
     assert safe_text_len("total: 12 pears", (), (r"\d+ apples",)) == len("total: 12 pears")

@@ -12,7 +12,7 @@ the Rust ``tokenizers`` library (or a fast transformers tokenizer), whose decode
 such option and joins special tokens as the tokenizer's own decoder says; SGLang with a
 fast tokenizer behaves the same way.
 
-``trim_stop`` and ``shown_text_len`` are the stop-string / ``stop_regex`` rules of the
+``trim_stop`` and ``safe_text_len`` are the stop-string / ``stop_regex`` rules of the
 output text, shared by the detokenizer process and the in-process Engine.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def trim_stop(text: str, finish_reason: Any, stop_regex: Sequence[str] = (), no_
     return text[:cut] if cut >= 0 else text
 
 
-def shown_text_len(text: str, stops: Sequence[str], stop_regex: Sequence[str] = (), start: int = 0) -> int:
+def safe_text_len(text: str, stops: Sequence[str], stop_regex: Sequence[str] = (), start: int = 0) -> int:
     """Length of the prefix of ``text`` that a stream can show before the request finished:
     it ends before any complete stop string or regex match, and before a suffix that could
     still grow into one (a stop-string prefix; a partial regex match).  ``start`` is what

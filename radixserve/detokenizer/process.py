@@ -14,17 +14,12 @@ from typing import Any
 import zmq
 
 from radixserve.config import EngineConfig
-from radixserve.detokenizer.incremental import IncrementalDecoder, shown_text_len, trim_stop
+from radixserve.detokenizer.incremental import IncrementalDecoder, safe_text_len, trim_stop
 from radixserve.ipc.server_link import BatchReqOutput, ReqOutput
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.proc import setup_child
 
 logger = logging.getLogger(__name__)
-
-
-def safe_text_len(text: str, stops: tuple[str, ...], stop_regex: tuple[str, ...] = (), start: int = 0) -> int:
-    """Length of the prefix of ``text`` that can be shown (see ``shown_text_len``)."""
-    return shown_text_len(text, stops, stop_regex, start)
 
 
 class DetokState:

@@ -84,12 +84,17 @@ class RadixCache(PrefixCache):
         return pos
 
     # ---------------------------------------------------------------- requests
+    def _take_over(self, key: list[int], slots: torch.Tensor, cached_len: int) -> bool:
+        """Insert the request's tokens and free its duplicates of tokens the tree already held
+        past ``cached_len``; True when there were any (its row must then use the tree's slots)."""
+        already = self.insert(key, slots)
+        if already > cached_len:
+            self.free_fn(slots[cached_len: already].clone())
+        return already > cached_len
+
     def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
                          node: TreeNode) -> Optional[Cached]:
-        already = self.insert(key, slots)
-        rewritten = already > cached_len
-        if rewritten:
-            self.free_fn(slots[cached_len: already].clone())
+        rewritten = self._take_over(key, slots, cached_len)
         tree_slots, last = self.match_prefix(key)
         assert len(tree_slots) == len(key)
         self.inc_lock_ref(last)
@@ -97,9 +102,7 @@ class RadixCache(PrefixCache):
         return Cached(last, tree_slots if rewritten else None)
 
     def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode) -> None:
-        already = self.insert(key, slots)
-        if already > cached_len:
-            self.free_fn(slots[cached_len: already].clone())
+        self._take_over(key, slots, cached_len)
         self.dec_lock_ref(node)
 
     # ---------------------------------------------------------------- locking

@@ -148,9 +148,7 @@ class KVManager:
         self._allocator.free(row[req.kv_len: req.kv_len + n].long().clone())
 
     def _alloc(self, n: int) -> Optional[torch.Tensor]:
-        short = n - self._allocator.available_size()
-        if short > 0:
-            self._cache.evict(short)
+        self.make_room(n)
         return self._allocator.alloc(n)
 
     # ------------------------------------------------------------------ caching

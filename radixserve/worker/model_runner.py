@@ -31,14 +31,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def resolve_dtype(name: str, device: torch.device, config: Any = None) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device, config: Any) -> torch.dtype:
     """The weights' and KV pool's dtype.  ``auto``: bf16 on CUDA; on the CPU the faster of fp32
     and bf16 on this machine, measured on ``config``'s shapes (``dtype_choice.py``)."""
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16
-        if config is None:
-            return torch.float32
         return choose_cpu_dtype(mlp_shapes(config), os.path.join(loader.cache_root(), "dtype_choice.json"))
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
              "float16": torch.float16, "fp16": torch.float16}
