@@ -1,11 +1,26 @@
-"""Triton kernels for attention over the paged KV pool (page size 1).
+"""Kernels for attention over the paged KV pool (page size 1).
+
+* Triton kernels (``decode_attention``, ``extend_attention``, ``kv_store``): importing them
+  requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU tensors (that is how
+  tests/test_kernels.py checks them).
+* ``cpu_attention``: the native C++ CPU kernel, compiled on first use (no triton needed).
 
 Importable only as ``radixserve.kernels`` (pyproject maps this folder there); never as a
-bare ``kernels`` module.  Importing it requires triton.  Under ``TRITON_INTERPRET=1`` the
-kernels run on CPU tensors (that is how tests/test_kernels.py checks them).
+bare ``kernels`` module.  The Triton names below are imported lazily, so that importing
+``radixserve.kernels.cpu_attention`` never imports triton.
 """
-from radixserve.kernels.decode_attention import alloc_decode_buffers, decode_attention_fwd
-from radixserve.kernels.extend_attention import extend_attention_fwd
-from radixserve.kernels.kv_store import store_kv
+from __future__ import annotations
 
-__all__ = ["alloc_decode_buffers", "decode_attention_fwd", "extend_attention_fwd", "store_kv"]
+import importlib
+from typing import Any
+
+_TRITON = {"alloc_decode_buffers": "decode_attention", "decode_attention_fwd": "decode_attention",
+           "extend_attention_fwd": "extend_attention", "store_kv": "kv_store"}
+
+__all__ = list(_TRITON)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TRITON:
+        return getattr(importlib.import_module(f"radixserve.kernels.{_TRITON[name]}"), name)
+    raise AttributeError(f"module 'radixserve.kernels' has no attribute {name!r}")

@@ -16,3 +16,19 @@ def test_transformers_does_not_see_a_kernels_package():
     from transformers.utils import import_utils
 
     assert not import_utils.is_kernels_available()
+
+
+def test_wheel_ships_the_cpu_kernel_source(tmp_path):
+    """The C++ source is compiled on the user's machine, so the wheel must carry it."""
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(root)], check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("radixserve-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "radixserve/kernels/cpu/paged_attention.cpp" in names
+    assert "radixserve/kernels/cpu_attention.py" in names

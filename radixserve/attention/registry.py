@@ -13,10 +13,11 @@ from radixserve.mem_cache.kv_pool import KVPool
 
 
 def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device) -> AttentionBackend:
-    """Resolve ``--attention-backend`` (auto|torch_native|triton|flashinfer) to an instance.
+    """Resolve ``--attention-backend`` (auto|cpu|torch_native|triton|flashinfer) to an instance.
 
-    auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise, torch_native
-    on CPU.
+    auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise; on the CPU the
+    native kernel (``cpu``) when it builds here and supports the pool's dtype, else
+    torch_native (the kernel's loader has logged one warning saying why).
     """
     if name == "auto":
         if device.type == "cuda":
@@ -27,7 +28,13 @@ def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device) -
             except ImportError:
                 name = "triton"
         else:
-            name = "torch_native"
+            from radixserve.attention import cpu_backend
+
+            name = "cpu" if cpu_backend.available(kv_pool) else "torch_native"
+    if name == "cpu":
+        from radixserve.attention.cpu_backend import CpuBackend
+
+        return CpuBackend(kv_pool)
     if name == "torch_native":
         from radixserve.attention.torch_native import TorchNativeBackend
 
@@ -40,4 +47,4 @@ def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device) -
         from radixserve.attention.flashinfer_backend import FlashInferBackend
 
         return FlashInferBackend(kv_pool)
-    raise ValueError(f"attention_backend: unknown backend {name!r} (auto|torch_native|triton|flashinfer)")
+    raise ValueError(f"attention_backend: unknown backend {name!r} (auto|cpu|torch_native|triton|flashinfer)")

@@ -1,0 +1,361 @@
+// Attention over radixserve's paged KV pool on the CPU (compiled on first use by
+// kernels/cpu_attention.py; the plan it runs is built by radixserve/attention/cpu_plan.py).
+//
+// A *task* is (request row, key range [ks, ke) of that row, entries [es, ee)).  Its keys are
+// req_to_token[row, ks:ke] read straight from the pool in the pool's dtype (no gather copy,
+// no dtype conversion of the context); an *entry* is one query token (entry_tok) attending to
+// that key range causally (key position <= the token's position).  Requests that share
+// leading KV slots get one task over the shared part whose entries are all their tokens, so
+// the shared K/V is read once per step; long ranges may be split across tasks.  Each
+// (task, KV head) writes, per entry and query head, the normalized partial output and its
+// log-sum-exp; a second pass merges the entries of each token (online-softmax merge).
+// The query heads of one KV head (GQA) share every K/V tile.  fp32 accumulation throughout.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int KB = 32;        // keys per tile
+constexpr int MAX_ROWS = 64;  // query rows (entries x query heads of one KV head) per task
+constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+
+inline float to_f(float x) { return x; }
+inline float to_f(uint16_t x) {
+  uint32_t u = uint32_t(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline void from_f(float* p, float x) { *p = x; }
+inline void from_f(uint16_t* p, float x) {  // round to nearest even, as torch does
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  *p = uint16_t(u >> 16);
+}
+
+// exp(x) for x <= 0 to ~2 ulp, branch-free so that loops over it vectorize; -inf -> ~1e-38.
+inline float exp_le0(float x) {
+  x = std::max(x, -87.0f);
+  float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+// 16 floats: one AVX-512 register, two AVX2 registers (GCC lowers the vector type to the ISA).
+typedef float v16 __attribute__((vector_size(64)));
+inline v16 vload(const float* p) {
+  v16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void vstore(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+struct Args {
+  const void* q;
+  const void* k;
+  const void* v;
+  const int32_t* r2t;
+  int64_t r2t_stride;
+  const int32_t* tasks;
+  const int32_t* entry_tok;
+  const int64_t* pos;
+  float* part_o;
+  float* part_lse;
+  int64_t H, Hkv, D;
+  float scale;
+};
+
+// Loads the query rows of a task (pre-scaled) and clears its accumulators; rows are padded to
+// a multiple of RB with rows that see no key.  Returns the largest query position.
+template <typename T>
+int64_t load_queries(const Args& a, int64_t es, int64_t ee, int64_t h, int64_t D, int64_t rows_p, float* qf,
+                     float* o, float* m, float* l, int64_t* qpos) {
+  const T* q = static_cast<const T*>(a.q);
+  const int64_t G = a.H / a.Hkv;
+  int64_t maxp = -1;
+  std::fill(qf, qf + rows_p * D, 0.0f);
+  std::fill(o, o + rows_p * D, 0.0f);
+  for (int64_t r = 0; r < rows_p; ++r) {
+    m[r] = NEG_INF;
+    l[r] = 0.0f;
+    qpos[r] = -1;
+  }
+  for (int64_t i = 0; i < ee - es; ++i) {
+    const int64_t tok = a.entry_tok[es + i];
+    const int64_t p = a.pos[tok];
+    maxp = std::max(maxp, p);
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r = i * G + g;
+      const T* src = q + (tok * a.H + h * G + g) * D;
+      for (int64_t d = 0; d < D; ++d) qf[r * D + d] = to_f(src[d]) * a.scale;
+      qpos[r] = p;
+    }
+  }
+  return maxp;
+}
+
+// Online-softmax update of one row from its scores s[0..KB) (keys j < lim visible): turns s
+// into probabilities and returns the factor the row's accumulated output must be scaled by.
+inline float softmax_step(float* s, int64_t lim, float& m, float& l) {
+  float mloc = NEG_INF;
+  for (int64_t j = 0; j < lim; ++j) mloc = std::max(mloc, s[j]);
+  const float mnew = std::max(m, mloc);
+  const float alpha = exp_le0(m - mnew);
+  float psum = 0.0f;
+#pragma omp simd reduction(+ : psum)
+  for (int j = 0; j < KB; ++j) {
+    const float p = j < lim ? exp_le0(s[j] - mnew) : 0.0f;
+    s[j] = p;
+    psum += p;
+  }
+  l = l * alpha + psum;
+  m = mnew;
+  return alpha;
+}
+
+template <typename T, int DC>
+void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
+  constexpr int64_t DV = DC / 16;  // 16-float vectors per row (DC > 0)
+#ifdef __AVX512F__
+  constexpr int64_t RB = DC == 128 ? 2 : 4;  // query rows per register block
+#else
+  constexpr int64_t RB = DC == 128 ? 1 : 2;
+#endif
+  const int64_t D = DC ? DC : a.D;
+  const int64_t G = a.H / a.Hkv;
+  const int32_t* t = a.tasks + task * 5;
+  const int64_t row = t[0], ks = t[1], ke = t[2], es = t[3], ee = t[4];
+  const int64_t rows = (ee - es) * G;
+  const int64_t rb = DC ? RB : 1;
+  const int64_t rows_p = (rows + rb - 1) / rb * rb;
+  const T* kbuf = static_cast<const T*>(a.k);
+  const T* vbuf = static_cast<const T*>(a.v);
+  float* __restrict qf = ws;                 // [rows_p, D]
+  float* __restrict o = qf + MAX_ROWS * D;   // [rows_p, D], unnormalized output
+  float* __restrict kt = o + MAX_ROWS * D;   // [D, KB], the key tile transposed
+  float* __restrict vt = kt + D * KB;        // [KB, D]
+  float m[MAX_ROWS], l[MAX_ROWS];
+  int64_t qpos[MAX_ROWS];
+  const int64_t maxp = load_queries<T>(a, es, ee, h, D, rows_p, qf, o, m, l, qpos);
+  const int32_t* slots = a.r2t + row * a.r2t_stride;
+  const int64_t kend = std::min<int64_t>(ke, maxp + 1);
+  alignas(64) float s[RB][KB];
+  for (int64_t kb = ks; kb < kend; kb += KB) {
+    const int64_t n = std::min<int64_t>(KB, kend - kb);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t off = (int64_t(slots[kb + j]) * a.Hkv + h) * D;
+      const T* kp = kbuf + off;
+      const T* vp = vbuf + off;
+      for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
+      for (int64_t d = 0; d < D; ++d) vt[j * D + d] = to_f(vp[d]);
+    }
+    for (int64_t j = n; j < KB; ++j) {
+      for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = 0.0f;
+      for (int64_t d = 0; d < D; ++d) vt[j * D + d] = 0.0f;
+    }
+    if constexpr (DC > 0) {
+      for (int64_t r0 = 0; r0 < rows_p; r0 += RB) {
+        int64_t lim[RB];
+        bool any = false;
+        for (int64_t rr = 0; rr < RB; ++rr) {
+          lim[rr] = std::min<int64_t>(n, qpos[r0 + rr] - kb + 1);
+          any |= lim[rr] > 0;
+        }
+        if (!any) continue;
+        v16 s0[RB], s1[RB];
+#pragma GCC unroll 4
+        for (int64_t rr = 0; rr < RB; ++rr) s0[rr] = s1[rr] = v16{};
+        for (int64_t d = 0; d < DC; ++d) {
+          const v16 k0 = vload(kt + d * KB), k1 = vload(kt + d * KB + 16);
+#pragma GCC unroll 4
+          for (int64_t rr = 0; rr < RB; ++rr) {
+            const float qd = qf[(r0 + rr) * DC + d];
+            s0[rr] += qd * k0;
+            s1[rr] += qd * k1;
+          }
+        }
+        float alpha[RB];
+        for (int64_t rr = 0; rr < RB; ++rr) {
+          vstore(s[rr], s0[rr]);
+          vstore(s[rr] + 16, s1[rr]);
+          if (lim[rr] <= 0) {
+            std::fill(s[rr], s[rr] + KB, 0.0f);
+            alpha[rr] = 1.0f;
+          } else {
+            alpha[rr] = softmax_step(s[rr], lim[rr], m[r0 + rr], l[r0 + rr]);
+          }
+        }
+        v16 acc[RB][DV];
+#pragma GCC unroll 4
+        for (int64_t rr = 0; rr < RB; ++rr)
+#pragma GCC unroll 8
+          for (int64_t x = 0; x < DV; ++x) acc[rr][x] = vload(o + (r0 + rr) * DC + 16 * x) * alpha[rr];
+        for (int64_t j = 0; j < n; ++j) {
+          v16 vr[DV];
+#pragma GCC unroll 8
+          for (int64_t x = 0; x < DV; ++x) vr[x] = vload(vt + j * DC + 16 * x);
+#pragma GCC unroll 4
+          for (int64_t rr = 0; rr < RB; ++rr) {
+            const float pj = s[rr][j];
+#pragma GCC unroll 8
+            for (int64_t x = 0; x < DV; ++x) acc[rr][x] += pj * vr[x];
+          }
+        }
+#pragma GCC unroll 4
+        for (int64_t rr = 0; rr < RB; ++rr)
+#pragma GCC unroll 8
+          for (int64_t x = 0; x < DV; ++x) vstore(o + (r0 + rr) * DC + 16 * x, acc[rr][x]);
+      }
+    } else {  // any head size: one row at a time
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t lim = std::min<int64_t>(n, qpos[r] - kb + 1);
+        if (lim <= 0) continue;
+        float* sr = s[0];
+        const float* qr = qf + r * D;
+        std::fill(sr, sr + KB, 0.0f);
+        for (int64_t d = 0; d < D; ++d) {
+          const float qd = qr[d];
+          const float* kr = kt + d * KB;
+#pragma omp simd
+          for (int j = 0; j < KB; ++j) sr[j] += qd * kr[j];
+        }
+        const float alpha = softmax_step(sr, lim, m[r], l[r]);
+        float* orow = o + r * D;
+        for (int64_t d = 0; d < D; ++d) orow[d] *= alpha;
+        for (int64_t j = 0; j < lim; ++j) {
+          const float pj = sr[j];
+          const float* vr = vt + j * D;
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) orow[d] += pj * vr[d];
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t e = es + r / G, hh = h * G + r % G;
+    float* dst = a.part_o + (e * a.H + hh) * D;
+    if (l[r] > 0.0f) {
+      const float inv = 1.0f / l[r];
+      for (int64_t d = 0; d < D; ++d) dst[d] = o[r * D + d] * inv;
+      a.part_lse[e * a.H + hh] = m[r] + std::log(l[r]);
+    } else {  // no key of this range is visible to the token: weight 0 in the merge
+      std::fill(dst, dst + D, 0.0f);
+      a.part_lse[e * a.H + hh] = NEG_INF;
+    }
+  }
+}
+
+// Workers pull (task, KV head) items from a shared counter: tasks differ in cost, and the plan
+// lists the costly ones first.
+template <typename T, int DC>
+void run_all(const Args& a, int64_t num_tasks) {
+  const int64_t D = DC ? DC : a.D;
+  const int64_t ws_size = 2 * MAX_ROWS * D + 2 * KB * D;
+  std::atomic<int64_t> next{0};
+  const int64_t n = num_tasks * a.Hkv;
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(n, 1));
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    std::vector<float> ws(ws_size);
+    for (int64_t i = next++; i < n; i = next++) run_task<T, DC>(a, i / a.Hkv, i % a.Hkv, ws.data());
+  });
+}
+
+template <typename T>
+void merge(const float* part_o, const float* part_lse, const int32_t* tok_ptr, const int32_t* tok_entries,
+           T* out, int64_t num_tokens, int64_t H, int64_t D) {
+  at::parallel_for(0, num_tokens, 16, [&](int64_t b, int64_t e) {
+    std::vector<float> acc(D);
+    for (int64_t t = b; t < e; ++t) {
+      const int32_t first = tok_ptr[t], last = tok_ptr[t + 1];
+      for (int64_t h = 0; h < H; ++h) {
+        T* dst = out + (t * H + h) * D;
+        if (last - first == 1) {
+          const float* src = part_o + (int64_t(tok_entries[first]) * H + h) * D;
+          for (int64_t d = 0; d < D; ++d) from_f(dst + d, src[d]);
+          continue;
+        }
+        float mx = NEG_INF;
+        for (int32_t k = first; k < last; ++k) mx = std::max(mx, part_lse[int64_t(tok_entries[k]) * H + h]);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        float wsum = 0.0f;
+        for (int32_t k = first; k < last; ++k) {
+          const int64_t ent = tok_entries[k];
+          const float w = exp_le0(part_lse[ent * H + h] - mx);
+          if (w == 0.0f) continue;
+          const float* src = part_o + (ent * H + h) * D;
+          for (int64_t d = 0; d < D; ++d) acc[d] += w * src[d];
+          wsum += w;
+        }
+        const float inv = 1.0f / wsum;
+        for (int64_t d = 0; d < D; ++d) from_f(dst + d, acc[d] * inv);
+      }
+    }
+  });
+}
+
+template <typename T>
+void dispatch(const Args& a, int64_t num_tasks) {
+  if (a.D == 64) return run_all<T, 64>(a, num_tasks);
+  if (a.D == 128) return run_all<T, 128>(a, num_tasks);
+  run_all<T, 0>(a, num_tasks);
+}
+
+void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                     const at::Tensor& req_to_token, const at::Tensor& tasks, const at::Tensor& entry_tok,
+                     const at::Tensor& positions, const at::Tensor& tok_ptr, const at::Tensor& tok_entries,
+                     double scale, at::Tensor out) {
+  TORCH_CHECK(q.dim() == 3 && k_buf.dim() == 3 && v_buf.dim() == 3, "q [T,H,D], k/v [S,Hkv,D]");
+  TORCH_CHECK(q.is_contiguous() && k_buf.is_contiguous() && v_buf.is_contiguous() && out.is_contiguous(),
+              "paged_attention: q, k_buf, v_buf and out must be contiguous");
+  TORCH_CHECK(q.scalar_type() == k_buf.scalar_type() && q.scalar_type() == v_buf.scalar_type() &&
+                  q.scalar_type() == out.scalar_type(), "paged_attention: q, k, v and out share one dtype");
+  TORCH_CHECK(req_to_token.scalar_type() == at::kInt && req_to_token.stride(1) == 1, "req_to_token: int32 rows");
+  TORCH_CHECK(tasks.scalar_type() == at::kInt && tasks.is_contiguous() && tasks.size(1) == 5, "tasks: int32 [n, 5]");
+  TORCH_CHECK(entry_tok.scalar_type() == at::kInt && tok_ptr.scalar_type() == at::kInt &&
+                  tok_entries.scalar_type() == at::kInt && positions.scalar_type() == at::kLong,
+              "paged_attention: int32 plan, int64 positions");
+  const int64_t H = q.size(1), D = q.size(2), Hkv = k_buf.size(1);
+  TORCH_CHECK(H % Hkv == 0 && H / Hkv <= MAX_ROWS && k_buf.size(2) == D, "paged_attention: head shapes");
+  const int64_t num_entries = entry_tok.size(0);
+  at::Tensor part_o = at::empty({num_entries, H, D}, q.options().dtype(at::kFloat));
+  at::Tensor part_lse = at::empty({num_entries, H}, q.options().dtype(at::kFloat));
+  Args a{q.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), req_to_token.data_ptr<int32_t>(),
+         req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
+         positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
+         static_cast<float>(scale)};
+  const int64_t num_tasks = tasks.size(0), T = q.size(0);
+  if (q.scalar_type() == at::kFloat) {
+    dispatch<float>(a, num_tasks);
+    merge<float>(a.part_o, a.part_lse, tok_ptr.data_ptr<int32_t>(), tok_entries.data_ptr<int32_t>(),
+                 out.data_ptr<float>(), T, H, D);
+  } else {
+    TORCH_CHECK(q.scalar_type() == at::kBFloat16, "paged_attention: float32 or bfloat16");
+    dispatch<uint16_t>(a, num_tasks);
+    merge<uint16_t>(a.part_o, a.part_lse, tok_ptr.data_ptr<int32_t>(), tok_entries.data_ptr<int32_t>(),
+                    reinterpret_cast<uint16_t*>(out.data_ptr()), T, H, D);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(radixserve_cpu, m) { m.def("paged_attention", &paged_attention); }

@@ -1,0 +1,110 @@
+"""The native CPU attention kernel (``kernels/cpu/paged_attention.cpp``), compiled on first use.
+
+``load()`` builds the C++ source with the system compiler (``$CXX``, else ``c++``) against the
+installed torch, with ``-O3 -march=native`` for the machine at hand, into
+``$RADIXSERVE_CACHE/kernels/<hash>/`` (the hash covers the source, the compile command, the torch
+version, the compiler and the CPU), and loads it as ``torch.ops.radixserve_cpu``; later starts load the
+cached library.  It logs one line when it compiles.  It returns False, and logs one warning,
+when there is no compiler, the build fails or ``RADIXSERVE_CPU_KERNEL=off``; the caller then
+uses the torch_native backend.  Nothing here needs triton, ninja or pybind11.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu", "paged_attention.cpp")
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def _cache_dir() -> str:
+    root = os.environ.get("RADIXSERVE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "radixserve"))
+    return os.path.join(root, "kernels")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "".join(line for line in f if line.startswith(("model name", "flags")))[:4096]
+    except OSError:
+        return ""
+
+
+def _compile_command(cxx: str, src: str, out: str) -> list[str]:
+    tdir = os.path.dirname(torch.__file__)
+    lib = os.path.join(tdir, "lib")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return [cxx, "-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-std=c++17",
+            "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", os.path.join(tdir, "include"),
+            src, "-o", out, f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
+
+
+def _build() -> str:
+    """The path of the compiled library (building it if the cache has none); raises on failure."""
+    cxx = os.environ.get("CXX") or "c++"
+    if shutil.which(cxx) is None:
+        raise RuntimeError(f"no C++ compiler ({cxx!r} not found; set CXX)")
+    with open(SOURCE, "rb") as f:
+        source = f.read()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+    flags = " ".join(_compile_command(cxx, "SRC", "OUT"))
+    key = hashlib.sha1(b"\0".join([source, torch.__version__.encode(), version.encode(), flags.encode(),
+                                   _cpu_model().encode()])).hexdigest()[:16]
+    out_dir = os.path.join(_cache_dir(), key)
+    lib = os.path.join(out_dir, "radixserve_cpu_attention.so")
+    if os.path.exists(lib):
+        return lib
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = f"{lib}.{os.getpid()}.tmp"
+    t0 = time.perf_counter()
+    proc = subprocess.run(_compile_command(cxx, SOURCE, tmp), capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cxx} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    os.replace(tmp, lib)
+    logger.info("cpu attention kernel: compiled %s in %.1f s -> %s", SOURCE, time.perf_counter() - t0, lib)
+    return lib
+
+
+def load() -> bool:
+    """True when ``torch.ops.radixserve_cpu.paged_attention`` is usable (built and loaded once per process)."""
+    with _lock:
+        if "ok" in _state:
+            return bool(_state["ok"])
+        if os.environ.get("RADIXSERVE_CPU_KERNEL", "").lower() in ("0", "off", "false"):
+            logger.warning("cpu attention kernel: disabled by RADIXSERVE_CPU_KERNEL; using torch_native")
+            _state["ok"] = False
+            return False
+        try:
+            lib = _build()
+            if not hasattr(torch.ops.radixserve_cpu, "paged_attention"):
+                torch.ops.load_library(lib)
+            _state["ok"] = True
+        except Exception as e:  # any build or load failure falls back; never crash the server
+            logger.warning("cpu attention kernel unavailable, using torch_native: %s", e)
+            _state["ok"] = False
+            _state["error"] = str(e)
+        return bool(_state["ok"])
+
+
+def reset_for_tests() -> None:
+    """Forget the load result so that a test can force a rebuild or a failure."""
+    with _lock:
+        _state.clear()
+
+
+def paged_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, req_to_token: torch.Tensor,
+                    plan, positions: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
+    """Run one layer's attention for ``plan`` (a ``radixserve.attention.cpu_plan.CpuAttnPlan``) into ``out``."""
+    torch.ops.radixserve_cpu.paged_attention(q, k_buf, v_buf, req_to_token, plan.tasks, plan.entry_tok, positions,
+                                             plan.tok_ptr, plan.tok_entries, float(scale), out)
+    return out

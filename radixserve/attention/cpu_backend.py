@@ -1,0 +1,65 @@
+"""Attention on the CPU with the native kernel (``--attention-backend cpu``; ``auto`` on CPU).
+
+The kernel (``kernels/cpu/paged_attention.cpp``) reads K/V straight from the pool through the
+request->token table, in the pool's dtype (fp32 or bf16), accumulating in fp32 with an
+online softmax; no per-layer gather, no dtype conversion of the context.  Requests that share
+leading slots read the shared part once, and GQA query heads share every K/V tile.
+``init_forward_metadata`` builds the plan (``cpu_plan.py``) once per step; each layer is
+one call into the kernel.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from radixserve.attention.base import AttentionBackend, ForwardBatch
+from radixserve.attention.cpu_plan import build_plan
+from radixserve.kernels import cpu_attention
+from radixserve.mem_cache.kv_pool import KVPool
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
+MIN_SHARED_PREFIX = 32
+
+
+def available(kv_pool: KVPool) -> bool:
+    """True when the kernel builds/loads here and supports the pool (CPU, fp32 or bf16)."""
+    return kv_pool.device.type == "cpu" and kv_pool.dtype in SUPPORTED_DTYPES and cpu_attention.load()
+
+
+class CpuBackend(AttentionBackend):
+    def __init__(self, kv_pool: KVPool) -> None:
+        super().__init__(kv_pool)
+        if not available(kv_pool):
+            raise RuntimeError("attention_backend: the cpu backend needs a CPU pool in float32 or bfloat16 and a "
+                               "C++ compiler (see the log for the build error)")
+        self.num_heads = 0  # set by the first attend(): the pool does not know the query heads
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        seq_lens = np.asarray(batch.seq_lens_cpu, dtype=np.int64)
+        ext_lens = np.asarray(batch.extend_seq_lens_cpu, dtype=np.int64)
+        start_loc = np.concatenate(([0], np.cumsum(ext_lens)[:-1])).astype(np.int64)
+        req_rows = batch.req_pool_indices.numpy()
+        table = batch.req_to_token.numpy()
+        width = int(seq_lens.max()) if len(seq_lens) else 0
+        rows = table[req_rows, :width] if len(req_rows) > 1 else table[req_rows, :1]
+        batch.attn_metadata = (rows, req_rows, seq_lens, ext_lens, start_loc)
+
+    def _plan(self, batch: ForwardBatch, heads_per_kv: int):
+        meta = batch.attn_metadata
+        if not isinstance(meta, tuple):
+            return meta
+        rows, req_rows, seq_lens, ext_lens, start_loc = meta
+        plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
+                          torch.get_num_threads(), MIN_SHARED_PREFIX)
+        batch.attn_metadata = plan
+        return plan
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
+               batch: ForwardBatch) -> torch.Tensor:
+        pool = self.kv_pool
+        plan = self._plan(batch, q.shape[1] // pool.num_kv_heads)
+        qc = q.to(pool.dtype).contiguous()
+        out = torch.empty_like(qc)
+        cpu_attention.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,
+                                      plan, batch.positions, scaling, out)
+        return out if out.dtype == q.dtype else out.to(q.dtype)

@@ -1,0 +1,109 @@
+"""The per-step work plan of the native CPU attention kernel (``kernels/cpu/paged_attention.cpp``).
+
+Built once per step (all layers share it) from host-side sizes, with no per-layer work:
+
+* **Tasks** ``int32 [n, 5]``: (request row, key start, key end, first entry, end entry).  A
+  task's keys are ``req_to_token[row, start:end]``; its entries are query tokens
+  (``entry_tok``), each attending causally to those keys.
+* **Shared prefixes.**  Requests whose rows start with the same KV slots (a radix-cache hit
+  shared by the batch) form a group when two or more share at least ``min_shared`` leading
+  slots: one task covers the group's common prefix for all its members' tokens, so those
+  K/V are read once per step; each member then gets its own task for the rest of its row.
+* **Query blocks.**  A task holds at most ``max_rows // heads_per_kv`` entries (the kernel's
+  tile of query rows); longer lists become several tasks over the same keys.
+* **KV splits.**  When there are too few (task, KV head) items to keep every thread busy
+  (decode of one or two requests), long key ranges are split so the threads share them.
+* ``tok_ptr``/``tok_entries`` (CSR) list each token's entries for the kernel's merge pass.
+  Every token has at least one entry that sees key position 0, so the merge is never empty.
+
+Tasks are ordered by decreasing cost (keys x entries) for the kernel's dynamic scheduling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+KV_SPLIT_MIN = 128  # keys per split at least
+
+
+@dataclass
+class CpuAttnPlan:
+    tasks: torch.Tensor  # int32 [n, 5]
+    entry_tok: torch.Tensor  # int32 [E]
+    tok_ptr: torch.Tensor  # int32 [T + 1]
+    tok_entries: torch.Tensor  # int32 [E]
+    num_shared_groups: int = 0
+
+
+def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> list[tuple[list[int], int]]:
+    """(member request indices, shared length) for every group of >= 2 requests whose rows
+    ``rows [B, L]`` agree on at least ``min_shared`` leading slots (within every member's length)."""
+    bsz = rows.shape[0]
+    if bsz < 2:
+        return []
+    _, first_idx, inv = np.unique(rows[:, 0], return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    counts = np.bincount(inv)
+    if counts.max() < 2:
+        return []
+    leader = first_idx[inv]
+    width = rows.shape[1]
+    valid = np.arange(width)[None, :] < np.minimum(seq_lens, seq_lens[leader])[:, None]
+    same = (rows == rows[leader]) & valid
+    lcp = np.where(same.all(1), valid.sum(1), same.argmin(1))
+    out = []
+    for g in np.nonzero(counts >= 2)[0]:
+        members = np.nonzero(inv == g)[0]
+        plen = int(lcp[members].min())
+        if plen >= min_shared:
+            out.append((members.tolist(), plen))
+    return out
+
+
+def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext_lens: np.ndarray,
+               start_loc: np.ndarray, heads_per_kv: int, num_kv_heads: int, num_threads: int,
+               min_shared: int = 32, max_rows: int = 64) -> CpuAttnPlan:
+    """``rows [B, >= max(seq_lens)]``: each request's slots (for prefix detection only);
+    ``req_rows [B]`` its row in req_to_token; ``start_loc``/``ext_lens``: its packed tokens."""
+    bsz = len(seq_lens)
+    block = max(1, max_rows // heads_per_kv)
+    own_from = np.zeros(bsz, dtype=np.int64)
+    ranges: list[tuple[int, int, int, np.ndarray]] = []  # (row, key start, key end, tokens)
+    for members, plen in shared_groups(rows, seq_lens, min_shared):
+        toks = np.concatenate([np.arange(start_loc[i], start_loc[i] + ext_lens[i]) for i in members])
+        ranges.append((int(req_rows[members[0]]), 0, plen, toks))
+        own_from[members] = plen
+    num_groups = len(ranges)
+    for i in range(bsz):
+        if own_from[i] < seq_lens[i]:
+            ranges.append((int(req_rows[i]), int(own_from[i]), int(seq_lens[i]),
+                           np.arange(start_loc[i], start_loc[i] + ext_lens[i])))
+    tasks: list[tuple[int, int, int, np.ndarray]] = []
+    for row, ks, ke, toks in ranges:
+        for b in range(0, len(toks), block):
+            tasks.append((row, ks, ke, toks[b: b + block]))
+    want = 4 * num_threads
+    if len(tasks) * num_kv_heads < want:
+        split_tasks = []
+        for row, ks, ke, toks in tasks:
+            parts = min(max(1, (ke - ks) // KV_SPLIT_MIN), -(-want // (len(tasks) * num_kv_heads)))
+            edges = np.linspace(ks, ke, parts + 1).astype(np.int64)
+            split_tasks.extend((row, int(a), int(b), toks) for a, b in zip(edges[:-1], edges[1:]))
+        tasks = split_tasks
+    tasks.sort(key=lambda t: -(t[2] - t[1]) * len(t[3]))
+    table = np.empty((len(tasks), 5), dtype=np.int32)
+    entries = []
+    e = 0
+    for n, (row, ks, ke, toks) in enumerate(tasks):
+        table[n] = (row, ks, ke, e, e + len(toks))
+        entries.append(toks)
+        e += len(toks)
+    entry_tok = np.concatenate(entries).astype(np.int32) if entries else np.zeros(0, np.int32)
+    num_tokens = int(ext_lens.sum())
+    order = np.argsort(entry_tok, kind="stable").astype(np.int32)
+    tok_ptr = np.zeros(num_tokens + 1, dtype=np.int32)
+    np.cumsum(np.bincount(entry_tok, minlength=num_tokens), out=tok_ptr[1:])
+    return CpuAttnPlan(torch.from_numpy(table), torch.from_numpy(entry_tok), torch.from_numpy(tok_ptr),
+                       torch.from_numpy(order), num_groups)

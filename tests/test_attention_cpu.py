@@ -1,0 +1,211 @@
+"""The native CPU attention kernel (``--attention-backend cpu``) against a per-request
+reference and against torch_native, on random batches: mixed cached-prefix lengths (0
+included), mixed new lengths (1 included), shared and unshared prefixes, GQA 1/3/8, head dims
+64 and 128, fp32 and bf16; plus the plan, KV splits, sensitivity to a broken mask or merge,
+and the fallback when the kernel cannot be built."""
+from __future__ import annotations
+
+import logging
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from radixserve.attention import cpu_backend
+from radixserve.attention.base import ForwardBatch, ForwardMode
+from radixserve.attention.cpu_backend import CpuBackend
+from radixserve.attention.cpu_plan import build_plan
+from radixserve.attention.registry import create_attention_backend
+from radixserve.attention.torch_native import TorchNativeBackend
+from radixserve.kernels import cpu_attention
+from radixserve.mem_cache.kv_pool import KVPool
+
+pytestmark = pytest.mark.skipif(not cpu_attention.load(), reason="no C++ compiler: the fallback test covers this")
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def make_case(seed: int, mode: ForwardMode, heads: int, kv_heads: int, d: int, dtype: torch.dtype,
+              shared: bool, n_req: int = 9, long_single: bool = False):
+    """A pool, a batch and the rows behind it.  Shared: requests draw their cached prefix from
+    three common slot lists (so their rows start with the same slots)."""
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    slots = 6000
+    pool = KVPool(slots, 1, kv_heads, d, dtype)
+    free = list(range(1, slots))
+    rng.shuffle(free)
+    commons = [[free.pop() for _ in range(rng.randrange(40, 120))] for _ in range(3)]
+    rows, prefix_lens, ext_lens, new_slots = [], [], [], []
+    for i in range(1 if long_single else n_req):
+        if long_single:
+            base = [free.pop() for _ in range(700)]
+        elif shared and i < n_req - 1:
+            c = commons[i % 3]
+            base = c[: rng.randrange(33, len(c) + 1)] + [free.pop() for _ in range(rng.randrange(0, 20))]
+        else:
+            base = [free.pop() for _ in range(rng.choice([0, 0, 1, 5, 37, 70]))]
+        if mode == ForwardMode.DECODE:
+            n = 1
+            if not base:
+                base = [free.pop()]
+        else:
+            n = rng.choice([1, 1, 2, 7, 30, 70])
+        new = [free.pop() for _ in range(n)]
+        rows.append(base + new)
+        prefix_lens.append(len(base))
+        ext_lens.append(n)
+        new_slots += new
+    used = torch.tensor(sorted({s for r in rows for s in r}))
+    pool.k_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
+    pool.v_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
+    width = max(len(r) for r in rows) + 5
+    table = torch.zeros(len(rows) + 3, width, dtype=torch.int32)
+    order = list(range(3, 3 + len(rows)))  # requests do not sit in rows 0..B-1
+    rng.shuffle(order)
+    for i, r in enumerate(rows):
+        table[order[i], : len(r)] = torch.tensor(r, dtype=torch.int32)
+    t = sum(ext_lens)
+    q = torch.randn(t, heads, d, generator=gen).to(dtype)
+    pre, lens = torch.tensor(prefix_lens), torch.tensor(ext_lens)
+    positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, ext_lens)])
+    batch = ForwardBatch(mode, torch.zeros(t, dtype=torch.long), positions, torch.tensor(new_slots),
+                         torch.tensor(order), pre + lens, pre, lens, torch.cumsum(lens, 0) - lens, table,
+                         (pre + lens).tolist(), prefix_lens, ext_lens)
+    return pool, batch, q, rows
+
+
+def reference(q, pool, rows, prefix_lens, ext_lens, scaling):
+    """Per-request dense attention in fp64 over the pool's values."""
+    outs, off = [], 0
+    h = q.shape[1]
+    for r, p, n in zip(rows, prefix_lens, ext_lens):
+        k = pool.k_buffer[0][r[: p + n]].double()
+        v = pool.v_buffer[0][r[: p + n]].double()
+        rep = h // k.shape[1]
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        s = torch.einsum("qhd,khd->hqk", q[off: off + n].double(), k) * scaling
+        causal = torch.arange(p + n).unsqueeze(0) <= (p + torch.arange(n)).unsqueeze(1)
+        outs.append(torch.einsum("hqk,khd->qhd", s.masked_fill(~causal, float("-inf")).softmax(-1), v))
+        off += n
+    return torch.cat(outs)
+
+
+def run_cpu(pool, batch, q):
+    be = CpuBackend(pool)
+    be.init_forward_metadata(batch)
+    return be.attend(q, None, None, 0, q.shape[-1] ** -0.5, batch), batch.attn_metadata
+
+
+def check(out, ref, dtype):
+    err = (out.double() - ref).abs().max().item()
+    assert err <= TOL[dtype], f"max abs error {err:.3g} > {TOL[dtype]}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (9, 3), (8, 1)], ids=["mha", "gqa3", "gqa8"])
+@pytest.mark.parametrize("mode", [ForwardMode.EXTEND, ForwardMode.DECODE], ids=["extend", "decode"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "unshared"])
+def test_kernel_matches_reference_and_torch_native(dtype, d, heads, kv_heads, mode, shared):
+    seed = hash((str(dtype), d, heads, mode.value, shared)) % 10_000
+    pool, batch, q, rows = make_case(seed, mode, heads, kv_heads, d, dtype, shared)
+    out, plan = run_cpu(pool, batch, q)
+    assert out.dtype == dtype and out.shape == q.shape
+    assert (plan.num_shared_groups > 0) == shared
+    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5)
+    check(out, ref, dtype)
+    native = TorchNativeBackend(pool)
+    native.init_forward_metadata(batch)
+    check(out, native.attend(q, None, None, 0, d ** -0.5, batch).double(), dtype)
+
+
+@pytest.mark.parametrize("mode", [ForwardMode.EXTEND, ForwardMode.DECODE], ids=["extend", "decode"])
+def test_long_single_request_is_split_across_threads(mode):
+    pool, batch, q, rows = make_case(7, mode, 9, 3, 64, torch.float32, False, long_single=True)
+    out, plan = run_cpu(pool, batch, q)
+    if mode == ForwardMode.DECODE and torch.get_num_threads() > 1:
+        assert plan.tasks.shape[0] > 1 and int(plan.tok_ptr[1]) > 1, "one decode request: its keys are split"
+    check(out, reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125),
+          torch.float32)
+
+
+def test_broken_mask_or_merge_fails_the_check():
+    """The checks above are sharp enough to catch an off-by-one mask or a merge that drops entries."""
+    pool, batch, q, rows = make_case(3, ForwardMode.EXTEND, 9, 3, 64, torch.float32, True)
+    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+    be = CpuBackend(pool)
+    be.init_forward_metadata(batch)
+    good = be.attend(q, None, None, 0, 0.125, batch)
+    check(good, ref, torch.float32)
+    plan = batch.attn_metadata
+    leaky = batch.positions + 1  # every token also sees the next key: a causal mask off by one
+    bad = cpu_attention.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan, leaky,
+                                        0.125, torch.empty_like(q))
+    with pytest.raises(AssertionError):
+        check(bad, ref, torch.float32)
+    first_only = plan.tok_ptr.clone()
+    first_only[1:] = first_only[:-1] + 1  # merge only each token's first entry
+    broken = type(plan)(plan.tasks, plan.entry_tok, first_only, plan.tok_entries)
+    bad = cpu_attention.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, broken,
+                                        batch.positions, 0.125, torch.empty_like(q))
+    with pytest.raises(AssertionError):
+        check(bad, ref, torch.float32)
+
+
+def test_plan_covers_every_token_and_reads_shared_prefix_once():
+    seq = np.array([600, 600, 600, 80])
+    rows = np.zeros((4, 600), dtype=np.int32)
+    rows[:3, :512] = np.arange(1, 513)
+    rows[:3, 512:] = np.arange(1000, 1000 + 3 * 88).reshape(3, 88)
+    rows[3, :80] = np.arange(5000, 5080)
+    ext = np.array([1, 1, 1, 1])
+    plan = build_plan(rows, np.arange(4), seq, ext, np.arange(4), 3, 3, 2)
+    tasks = plan.tasks.numpy()
+    assert plan.num_shared_groups == 1
+    shared = [t for t in tasks if t[2] - t[1] == 512]
+    assert len(shared) == 1 and shared[0][4] - shared[0][3] == 3  # one task, three members' tokens
+    assert (np.diff(plan.tok_ptr.numpy()) >= 1).all()
+    assert sorted(plan.entry_tok.tolist()) == [0, 0, 1, 1, 2, 2, 3]  # prefix + own; one for the loner
+
+
+def test_registry_auto_picks_cpu_and_fp16_falls_back():
+    pool = KVPool(16, 1, 1, 8, torch.float32)
+    assert isinstance(create_attention_backend("auto", pool, torch.device("cpu")), CpuBackend)
+    half = KVPool(16, 1, 1, 8, torch.float16)
+    assert isinstance(create_attention_backend("auto", half, torch.device("cpu")), TorchNativeBackend)
+    with pytest.raises(RuntimeError, match="attention_backend"):
+        CpuBackend(half)
+
+
+def test_build_failure_falls_back_with_one_warning(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / "cache"))
+    cpu_attention.reset_for_tests()
+    try:
+        with caplog.at_level(logging.WARNING, logger="radixserve.kernels.cpu_attention"):
+            pool = KVPool(16, 1, 1, 8, torch.float32)
+            assert isinstance(create_attention_backend("auto", pool, torch.device("cpu")), TorchNativeBackend)
+            assert isinstance(create_attention_backend("auto", pool, torch.device("cpu")), TorchNativeBackend)
+            assert not cpu_backend.available(pool)
+        warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
+        assert len(warnings) == 1 and "no-such-compiler" in warnings[0].getMessage()
+    finally:
+        cpu_attention.reset_for_tests()
+    monkeypatch.undo()
+    assert cpu_attention.load(), "with the compiler back, the cached build loads again"
+
+
+def test_failing_compile_reports_the_compiler_error(monkeypatch, tmp_path):
+    bad = tmp_path / "cxx"
+    bad.write_text("#!/bin/sh\necho 'fake compiler 1.0'\n[ \"$1\" = --version ] && exit 0\necho boom >&2\nexit 3\n")
+    bad.chmod(0o755)
+    monkeypatch.setenv("CXX", str(bad))
+    monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / "cache"))
+    cpu_attention.reset_for_tests()
+    try:
+        assert not cpu_attention.load()
+        assert "boom" in cpu_attention._state["error"]
+    finally:
+        cpu_attention.reset_for_tests()
