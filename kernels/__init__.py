@@ -3,11 +3,11 @@
 * Triton kernels (``decode_attention``, ``extend_attention``, ``kv_store``): importing them
   requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU tensors (that is how
   tests/test_kernels.py checks them).
-* ``cpu_attention``: the native C++ CPU kernel, compiled on first use (no triton needed).
+* ``cpu_native``: the native C++ CPU kernel, compiled on first use (no triton needed).
 
 Importable only as ``radixserve.kernels`` (pyproject maps this folder there); never as a
 bare ``kernels`` module.  The Triton names below are imported lazily, so that importing
-``radixserve.kernels.cpu_attention`` never imports triton.
+``radixserve.kernels.cpu_native`` never imports triton.
 """
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ from radixserve.attention.cpu_backend import CpuBackend
 from radixserve.attention.cpu_plan import build_plan
 from radixserve.attention.registry import create_attention_backend
 from radixserve.attention.torch_native import TorchNativeBackend
-from radixserve.kernels import cpu_attention
+from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 
-pytestmark = pytest.mark.skipif(not cpu_attention.load(), reason="no C++ compiler: the fallback test covers this")
+pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: the fallback test covers this")
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
@@ -141,14 +141,14 @@ def test_broken_mask_or_merge_fails_the_check():
     check(good, ref, torch.float32)
     plan = batch.attn_metadata
     leaky = batch.positions + 1  # every token also sees the next key: a causal mask off by one
-    bad = cpu_attention.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan, leaky,
+    bad = cpu_native.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan, leaky,
                                         0.125, torch.empty_like(q))
     with pytest.raises(AssertionError):
         check(bad, ref, torch.float32)
     first_only = plan.tok_ptr.clone()
     first_only[1:] = first_only[:-1] + 1  # merge only each token's first entry
     broken = type(plan)(plan.tasks, plan.entry_tok, first_only, plan.tok_entries)
-    bad = cpu_attention.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, broken,
+    bad = cpu_native.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, broken,
                                         batch.positions, 0.125, torch.empty_like(q))
     with pytest.raises(AssertionError):
         check(bad, ref, torch.float32)
@@ -182,9 +182,9 @@ def test_registry_auto_picks_cpu_and_fp16_falls_back():
 def test_build_failure_falls_back_with_one_warning(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / "cache"))
-    cpu_attention.reset_for_tests()
+    cpu_native.reset_for_tests()
     try:
-        with caplog.at_level(logging.WARNING, logger="radixserve.kernels.cpu_attention"):
+        with caplog.at_level(logging.WARNING, logger="radixserve.kernels.cpu_native"):
             pool = KVPool(16, 1, 1, 8, torch.float32)
             assert isinstance(create_attention_backend("auto", pool, torch.device("cpu")), TorchNativeBackend)
             assert isinstance(create_attention_backend("auto", pool, torch.device("cpu")), TorchNativeBackend)
@@ -192,9 +192,9 @@ def test_build_failure_falls_back_with_one_warning(monkeypatch, tmp_path, caplog
         warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
         assert len(warnings) == 1 and "no-such-compiler" in warnings[0].getMessage()
     finally:
-        cpu_attention.reset_for_tests()
+        cpu_native.reset_for_tests()
     monkeypatch.undo()
-    assert cpu_attention.load(), "with the compiler back, the cached build loads again"
+    assert cpu_native.load(), "with the compiler back, the cached build loads again"
 
 
 def test_failing_compile_reports_the_compiler_error(monkeypatch, tmp_path):
@@ -203,9 +203,9 @@ def test_failing_compile_reports_the_compiler_error(monkeypatch, tmp_path):
     bad.chmod(0o755)
     monkeypatch.setenv("CXX", str(bad))
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / "cache"))
-    cpu_attention.reset_for_tests()
+    cpu_native.reset_for_tests()
     try:
-        assert not cpu_attention.load()
-        assert "boom" in cpu_attention._state["error"]
+        assert not cpu_native.load()
+        assert "boom" in cpu_native._state["error"]
     finally:
-        cpu_attention.reset_for_tests()
+        cpu_native.reset_for_tests()

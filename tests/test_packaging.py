@@ -31,4 +31,4 @@ def test_wheel_ships_the_cpu_kernel_source(tmp_path):
     (wheel,) = tmp_path.glob("radixserve-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "radixserve/kernels/cpu/paged_attention.cpp" in names
-    assert "radixserve/kernels/cpu_attention.py" in names
+    assert "radixserve/kernels/cpu_native.py" in names

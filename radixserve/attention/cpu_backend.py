@@ -14,7 +14,7 @@ import torch
 
 from radixserve.attention.base import AttentionBackend, ForwardBatch
 from radixserve.attention.cpu_plan import build_plan
-from radixserve.kernels import cpu_attention
+from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
@@ -23,7 +23,7 @@ MIN_SHARED_PREFIX = 32
 
 def available(kv_pool: KVPool) -> bool:
     """True when the kernel builds/loads here and supports the pool (CPU, fp32 or bf16)."""
-    return kv_pool.device.type == "cpu" and kv_pool.dtype in SUPPORTED_DTYPES and cpu_attention.load()
+    return kv_pool.device.type == "cpu" and kv_pool.dtype in SUPPORTED_DTYPES and cpu_native.load()
 
 
 class CpuBackend(AttentionBackend):
@@ -60,6 +60,6 @@ class CpuBackend(AttentionBackend):
         plan = self._plan(batch, q.shape[1] // pool.num_kv_heads)
         qc = q.to(pool.dtype).contiguous()
         out = torch.empty_like(qc)
-        cpu_attention.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,
+        cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,
                                       plan, batch.positions, scaling, out)
         return out if out.dtype == q.dtype else out.to(q.dtype)

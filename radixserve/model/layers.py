@@ -1,27 +1,34 @@
-"""Llama building blocks: RMSNorm, rotary embeddings and the gated MLP."""
+"""Llama building blocks: RMSNorm, rotary embeddings and the gated MLP.
+
+The modules hold the weights; the elementwise math goes through an ops class
+(``fused_ops.TorchOps`` or ``NativeCpuOps``) chosen once when the model is built.
+"""
 from __future__ import annotations
 
 import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from radixserve.model.fused_ops import TorchOps
 
 
 class RMSNorm(nn.Module):
     """RMSNorm computed in fp32 and cast back, as in the reference implementation."""
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, ops: type[TorchOps] = TorchOps) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return self.ops.rms_norm(x, self.weight, self.eps)
+
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(residual + x), residual + x)``; may overwrite ``x`` and ``residual``."""
+        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 def rope_parameters(config: Any) -> dict[str, Any]:
@@ -63,8 +70,9 @@ def _inv_freq(head_dim: int, params: dict[str, Any]) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """Non-interleaved (rotate-half) rotary embedding with a precomputed cos/sin table."""
 
-    def __init__(self, head_dim: int, max_positions: int, params: dict[str, Any]) -> None:
+    def __init__(self, head_dim: int, max_positions: int, params: dict[str, Any], ops: type[TorchOps] = TorchOps) -> None:
         super().__init__()
+        self.ops = ops
         inv = _inv_freq(head_dim, params)
         t = torch.arange(max_positions, dtype=torch.float32)
         freqs = torch.outer(t, inv)
@@ -72,29 +80,20 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        """q ``[T, H, D]``, k ``[T, Hkv, D]``; returns rotated copies in the input dtype."""
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    rotated = torch.cat((-x2, x1), dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype) if x.dtype != torch.float32 else x * cos + rotated * sin
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
+        """Rotate q ``[T, H, D]`` and k ``[T, Hkv, D]`` in place (fp32 math, input dtype)."""
+        self.ops.rope_(q, k, positions, self.cos, self.sin)
 
 
 class GatedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)) with gate and up fused into one matmul."""
 
-    def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
+    def __init__(self, hidden: int, intermediate: int, bias: bool = False, ops: type[TorchOps] = TorchOps) -> None:
         super().__init__()
         self.intermediate = intermediate
+        self.ops = ops
         self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.ops.silu_mul(self.gate_up_proj(x)))

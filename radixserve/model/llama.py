@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixserve.attention.base import AttentionBackend, ForwardBatch
+from radixserve.model.fused_ops import TorchOps
 from radixserve.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, rope_parameters
 
 
@@ -39,22 +40,29 @@ class Attention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(batch.positions, q, k)
+        self.rotary(batch.positions, q, k)
         out = backend.forward(q, k, v, self.layer_id, self.scaling, batch)
         return self.o_proj(out.reshape(-1, self.q_size))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding, ops: type[TorchOps]) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.self_attn = Attention(config, layer_id, rotary)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, bias=bool(getattr(config, "mlp_bias", False)))
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, bool(getattr(config, "mlp_bias", False)), ops)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
+                backend: AttentionBackend) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` is the previous layer's MLP output (the embeddings for the first layer, with
+        ``residual`` None); returns this layer's MLP output and the residual stream before it."""
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm.add_forward(x, residual)
+        x, residual = self.post_attention_layernorm.add_forward(self.self_attn(x, batch, backend), residual)
+        return self.mlp(x), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -62,14 +70,14 @@ class LlamaForCausalLM(nn.Module):
     last new token of each request), so the LM head never runs over a whole prompt unless
     prompt logprobs are asked for."""
 
-    def __init__(self, config: Any, max_positions: int) -> None:
+    def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps) -> None:
         super().__init__()
         self.config = config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.rotary = RotaryEmbedding(head_dim, max_positions, rope_parameters(config))
+        self.rotary = RotaryEmbedding(head_dim, max_positions, rope_parameters(config), ops)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i, self.rotary) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.layers = nn.ModuleList(DecoderLayer(config, i, self.rotary, ops) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if not self.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -79,10 +87,13 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend, logit_rows: torch.Tensor) -> torch.Tensor:
-        x = self.embed_tokens(batch.input_ids)
+        x, residual = self.embed_tokens(batch.input_ids), None
         for layer in self.layers:
-            x = layer(x, batch, backend)
-        x = self.norm(x.index_select(0, logit_rows))
+            x, residual = layer(x, residual, batch, backend)
+        if residual is None:
+            x = self.norm(x.index_select(0, logit_rows))
+        else:
+            x, _ = self.norm.add_forward(x.index_select(0, logit_rows), residual.index_select(0, logit_rows))
         return F.linear(x, self.lm_head_weight()).float()
 
     # ------------------------------------------------------------------ weights

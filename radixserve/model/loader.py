@@ -112,10 +112,11 @@ def iter_weights(hf_dir: str):
 
 def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.device, max_positions: int,
                show_progress: bool = False) -> torch.nn.Module:
+    from radixserve.model.fused_ops import select_ops
     from radixserve.model.llama import LlamaForCausalLM
 
     with torch.device(device):
-        model = LlamaForCausalLM(config, max_positions).to(dtype)
+        model = LlamaForCausalLM(config, max_positions, select_ops(device, dtype)).to(dtype)
     weights = iter_weights(hf_dir)
     if show_progress:
         from tqdm import tqdm

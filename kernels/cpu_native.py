@@ -1,6 +1,7 @@
-"""The native CPU attention kernel (``kernels/cpu/paged_attention.cpp``), compiled on first use.
+"""The native CPU kernels (``kernels/cpu/*.cpp``: paged attention, fused norm/rotary/SiLU ops),
+compiled on first use into one library, ``torch.ops.radixserve_cpu``.
 
-``load()`` builds the C++ source with the system compiler (``$CXX``, else ``c++``) against the
+``load()`` builds the C++ sources with the system compiler (``$CXX``, else ``c++``) against the
 installed torch, with ``-O3 -march=native`` for the machine at hand, into
 ``$RADIXSERVE_CACHE/kernels/<hash>/`` (the hash covers the source, the compile command, the torch
 version, the compiler and the CPU), and loads it as ``torch.ops.radixserve_cpu``; later starts load the
@@ -22,7 +23,8 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu", "paged_attention.cpp")
+SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
+SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp"))
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -40,13 +42,13 @@ def _cpu_model() -> str:
         return ""
 
 
-def _compile_command(cxx: str, src: str, out: str) -> list[str]:
+def _compile_command(cxx: str, sources: tuple[str, ...], out: str) -> list[str]:
     tdir = os.path.dirname(torch.__file__)
     lib = os.path.join(tdir, "lib")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [cxx, "-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-std=c++17",
             "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", os.path.join(tdir, "include"),
-            src, "-o", out, f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
+            *sources, "-o", out, f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
 
 
 def _build() -> str:
@@ -54,34 +56,36 @@ def _build() -> str:
     cxx = os.environ.get("CXX") or "c++"
     if shutil.which(cxx) is None:
         raise RuntimeError(f"no C++ compiler ({cxx!r} not found; set CXX)")
-    with open(SOURCE, "rb") as f:
-        source = f.read()
+    source = b""
+    for path in SOURCES:
+        with open(path, "rb") as f:
+            source += f.read()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    flags = " ".join(_compile_command(cxx, "SRC", "OUT"))
+    flags = " ".join(_compile_command(cxx, ("SRC",), "OUT"))
     key = hashlib.sha1(b"\0".join([source, torch.__version__.encode(), version.encode(), flags.encode(),
                                    _cpu_model().encode()])).hexdigest()[:16]
     out_dir = os.path.join(_cache_dir(), key)
-    lib = os.path.join(out_dir, "radixserve_cpu_attention.so")
+    lib = os.path.join(out_dir, "radixserve_cpu.so")
     if os.path.exists(lib):
         return lib
     os.makedirs(out_dir, exist_ok=True)
     tmp = f"{lib}.{os.getpid()}.tmp"
     t0 = time.perf_counter()
-    proc = subprocess.run(_compile_command(cxx, SOURCE, tmp), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(_compile_command(cxx, SOURCES, tmp), capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{cxx} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     os.replace(tmp, lib)
-    logger.info("cpu attention kernel: compiled %s in %.1f s -> %s", SOURCE, time.perf_counter() - t0, lib)
+    logger.info("cpu kernels: compiled %s in %.1f s -> %s", SOURCE_DIR, time.perf_counter() - t0, lib)
     return lib
 
 
 def load() -> bool:
-    """True when ``torch.ops.radixserve_cpu.paged_attention`` is usable (built and loaded once per process)."""
+    """True when ``torch.ops.radixserve_cpu`` is usable (built and loaded once per process)."""
     with _lock:
         if "ok" in _state:
             return bool(_state["ok"])
         if os.environ.get("RADIXSERVE_CPU_KERNEL", "").lower() in ("0", "off", "false"):
-            logger.warning("cpu attention kernel: disabled by RADIXSERVE_CPU_KERNEL; using torch_native")
+            logger.warning("cpu kernels: disabled by RADIXSERVE_CPU_KERNEL; using torch_native and torch ops")
             _state["ok"] = False
             return False
         try:
@@ -90,7 +94,7 @@ def load() -> bool:
                 torch.ops.load_library(lib)
             _state["ok"] = True
         except Exception as e:  # any build or load failure falls back; never crash the server
-            logger.warning("cpu attention kernel unavailable, using torch_native: %s", e)
+            logger.warning("cpu kernels unavailable, using torch_native and torch ops: %s", e)
             _state["ok"] = False
             _state["error"] = str(e)
         return bool(_state["ok"])

@@ -1,0 +1,190 @@
+// Fused elementwise ops for the CPU decode step (see radixserve/model/fused_ops.py): each
+// replaces a chain of small torch ops (and their dispatch and temporaries) with one pass.
+// Math in fp32; bf16 results are rounded at the same points as the torch ops they replace.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+inline float to_f(float x) { return x; }
+inline float to_f(uint16_t x) {
+  uint32_t u = uint32_t(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline void from_f(float* p, float x) { *p = x; }
+inline void from_f(uint16_t* p, float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  *p = uint16_t(u >> 16);
+}
+inline float round_as(float x, float*) { return x; }
+inline float round_as(float x, uint16_t*) {
+  uint16_t b;
+  from_f(&b, x);
+  return to_f(b);
+}
+
+inline float exp_approx(float x) {  // branch-free, vectorizable, ~2 ulp on [-87, 88]
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+template <typename T>
+T* ptr(const at::Tensor& t) { return reinterpret_cast<T*>(t.data_ptr()); }
+
+// residual = x + residual (if add); x = weight * round(residual * rsqrt(mean(residual^2) + eps))
+template <typename T>
+void add_rms_norm_impl(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps, bool add) {
+  const int64_t rows = x.size(0), dim = x.size(1);
+  T* xp = ptr<T>(x);
+  T* rp = ptr<T>(residual);
+  const T* wp = ptr<T>(weight);
+  at::parallel_for(0, rows, 8, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T* xr = xp + i * dim;
+      T* rr = rp + i * dim;
+      float ss = 0.0f;
+      if (add) {
+        for (int64_t d = 0; d < dim; ++d) from_f(rr + d, to_f(xr[d]) + to_f(rr[d]));
+      }
+#pragma omp simd reduction(+ : ss)
+      for (int64_t d = 0; d < dim; ++d) {
+        const float v = to_f(rr[d]);
+        ss += v * v;
+      }
+      const float inv = 1.0f / std::sqrt(ss / float(dim) + float(eps));
+      for (int64_t d = 0; d < dim; ++d) from_f(xr + d, to_f(wp[d]) * round_as(to_f(rr[d]) * inv, xr));
+    }
+  });
+}
+
+void add_rms_norm(at::Tensor x, at::Tensor residual, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && residual.is_contiguous() && x.sizes() == residual.sizes(),
+              "add_rms_norm: contiguous [tokens, hidden] x and residual");
+  TORCH_CHECK(x.scalar_type() == residual.scalar_type() && x.scalar_type() == weight.scalar_type(),
+              "add_rms_norm: one dtype");
+  if (x.scalar_type() == at::kFloat) return add_rms_norm_impl<float>(x, residual, weight, eps, true);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "add_rms_norm: float32 or bfloat16");
+  add_rms_norm_impl<uint16_t>(x, residual, weight, eps, true);
+}
+
+// out = rms_norm(x) (x unchanged)
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == weight.scalar_type(), "rms_norm: [tokens, hidden]");
+  at::Tensor out = at::empty_like(x);
+  at::Tensor src = x;  // add=false: reads residual (x), writes out
+  if (x.scalar_type() == at::kFloat) {
+    add_rms_norm_impl<float>(out, src, weight, eps, false);
+  } else {
+    TORCH_CHECK(x.scalar_type() == at::kBFloat16, "rms_norm: float32 or bfloat16");
+    add_rms_norm_impl<uint16_t>(out, src, weight, eps, false);
+  }
+  return out;
+}
+
+// In place, rotate-half: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, for q [T, H, D] and
+// k [T, Hkv, D] (rows may be strided views of the fused qkv output); cos/sin fp32 [P, D].
+template <typename T>
+void rope_impl(at::Tensor& q, at::Tensor& k, const at::Tensor& positions, const at::Tensor& cos,
+               const at::Tensor& sin) {
+  const int64_t tokens = q.size(0), D = q.size(2), half = D / 2;
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  at::parallel_for(0, tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* c = cp + pos[t] * D;
+      const float* s = sp + pos[t] * D;
+      for (at::Tensor* x : {&q, &k}) {
+        T* base = ptr<T>(*x) + t * x->stride(0);
+        for (int64_t h = 0; h < x->size(1); ++h) {
+          T* v = base + h * x->stride(1);
+#pragma omp simd
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = to_f(v[i]), x2 = to_f(v[i + half]);
+            from_f(v + i, x1 * c[i] - x2 * s[i]);
+            from_f(v + i + half, x2 * c[i + half] + x1 * s[i + half]);
+          }
+        }
+      }
+    }
+  });
+}
+
+void rope_(at::Tensor q, at::Tensor k, const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.stride(2) == 1 && k.stride(2) == 1 && q.stride(1) == q.size(2) &&
+                  k.stride(1) == k.size(2) && q.scalar_type() == k.scalar_type(),
+              "rope_: q [T,H,D], k [T,Hkv,D] with contiguous heads");
+  TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.is_contiguous() &&
+                  sin.is_contiguous() && positions.scalar_type() == at::kLong,
+              "rope_: fp32 cos/sin tables, int64 positions");
+  if (q.scalar_type() == at::kFloat) return rope_impl<float>(q, k, positions, cos, sin);
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16, "rope_: float32 or bfloat16");
+  rope_impl<uint16_t>(q, k, positions, cos, sin);
+}
+
+// [T, 2I] (gate | up) -> [T, I]: round(silu(gate)) * up
+template <typename T>
+void silu_mul_impl(const at::Tensor& gu, at::Tensor& out) {
+  const int64_t tokens = gu.size(0), inter = out.size(1);
+  const T* in = ptr<T>(gu);
+  T* op = ptr<T>(out);
+  at::parallel_for(0, tokens * inter, 4096, [&](int64_t b, int64_t e) {
+    int64_t t = b / inter, i = b % inter;
+    for (int64_t n = b; n < e;) {
+      const int64_t stop = std::min<int64_t>(inter, i + (e - n));
+      const T* g = in + t * 2 * inter;
+      T* o = op + t * inter;
+#pragma omp simd
+      for (int64_t j = i; j < stop; ++j) {
+        const float x = to_f(g[j]);
+        from_f(o + j, round_as(x / (1.0f + exp_approx(-x)), o) * to_f(g[inter + j]));
+      }
+      n += stop - i;
+      i = 0;
+      ++t;
+    }
+  });
+}
+
+at::Tensor silu_mul(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0, "silu_mul: [T, 2I]");
+  at::Tensor out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options());
+  if (gate_up.scalar_type() == at::kFloat) {
+    silu_mul_impl<float>(gate_up, out);
+  } else {
+    TORCH_CHECK(gate_up.scalar_type() == at::kBFloat16, "silu_mul: float32 or bfloat16");
+    silu_mul_impl<uint16_t>(gate_up, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
+  m.def("add_rms_norm", &add_rms_norm);
+  m.def("rms_norm", &rms_norm);
+  m.def("rope_", &rope_);
+  m.def("silu_mul", &silu_mul);
+}

@@ -1,0 +1,76 @@
+"""The elementwise ops of a decoder layer, behind one small interface.
+
+``TorchOps`` composes torch ops (any device, the reference); ``NativeCpuOps`` calls the fused
+C++ ops of ``kernels/cpu/fused_ops.cpp`` (one pass each, no temporaries), used on the CPU
+when the native library builds.  Both compute in fp32 and round bf16 results at the same
+points (after the residual add, after normalizing, after SiLU, after each product).
+
+Contracts: ``add_rms_norm(x, residual, w, eps)`` returns ``(normed, residual + x)`` and may
+overwrite both inputs (callers never reuse them); ``rope_(q, k, positions, cos, sin)``
+rotates q and k in place (they may be strided views of the fused qkv output);
+``silu_mul(gate_up)`` returns ``silu(gate) * up`` for ``gate_up = [gate | up]``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from radixserve.kernels import cpu_native
+
+
+class TorchOps:
+    name = "torch"
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return w * h.to(x.dtype)
+
+    @classmethod
+    def add_rms_norm(cls, x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float):
+        residual = residual + x
+        return cls.rms_norm(residual, w, eps), residual
+
+    @staticmethod
+    def rope_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+        for x in (q, k):
+            half = x.shape[-1] // 2
+            xf = x.float()
+            rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
+            x.copy_(xf * c + rotated * s)
+
+    @staticmethod
+    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
+class NativeCpuOps(TorchOps):
+    name = "native-cpu"
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        return torch.ops.radixserve_cpu.rms_norm(x.contiguous(), w, eps)
+
+    @staticmethod
+    def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float):
+        x = x.contiguous()
+        torch.ops.radixserve_cpu.add_rms_norm(x, residual, w, eps)
+        return x, residual
+
+    @staticmethod
+    def rope_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        torch.ops.radixserve_cpu.rope_(q, k, positions, cos, sin)
+
+    @staticmethod
+    def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        return torch.ops.radixserve_cpu.silu_mul(gate_up.contiguous())
+
+
+def select_ops(device: torch.device, dtype: torch.dtype) -> type[TorchOps]:
+    """The native ops on a CPU with fp32/bf16 weights when the library builds; else torch's."""
+    if device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and cpu_native.load():
+        return NativeCpuOps
+    return TorchOps
