@@ -1,45 +1,70 @@
-"""Per-layer cost of the torch-native attention backend on the CPU.
+"""Per-layer cost of CPU attention: the native kernel (``cpu``) against ``torch_native``.
 
-Decode steps over a paged pool for growing batch sizes, with ``groups`` shared prefixes of
-``prefix`` tokens plus ``suffix`` private tokens per request; cascade (shared-prefix)
-attention on and off.  Time per call should grow with the bytes touched, not with a Python
-loop over requests.
+Decode at batch 1/16/128 and extend (64 new tokens per request), each with the requests'
+prompts sharing ``--groups`` system prompts of ``--prefix`` tokens or not sharing at all,
+plus ``--suffix`` private tokens; SmolLM2's shapes by default (9 query heads, 3 KV heads,
+dim 64), in the pool dtype ``--dtype``.  Prints µs per layer call and, for the native
+kernel, the achieved bandwidth: the K/V bytes a kernel that reads every distinct slot once
+must move (shared prefixes counted once) ÷ time, against the machine's read bandwidth
+measured in the same run (a sum over a 1 GiB tensor).
 
-    .venv/bin/python benchmarks/bench_attention_cpu.py
+    .venv/bin/python benchmarks/bench_attention_cpu.py [--dtype bfloat16]
 """
 from __future__ import annotations
 
 import argparse
+import platform
 import time
 
 import torch
 
 from radixserve.attention.base import ForwardBatch, ForwardMode
+from radixserve.attention.cpu_backend import CpuBackend
 from radixserve.attention.torch_native import TorchNativeBackend
+from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.utils import tune_malloc
 
 
-def decode_batch(bsz: int, groups: int, prefix: int, suffix: int, slots: int) -> tuple[ForwardBatch, list[int]]:
+def make_batch(bsz: int, groups: int, prefix: int, suffix: int, new: int, shared: bool, slots: int) -> ForwardBatch:
+    """``bsz`` requests of ``prefix + suffix`` cached tokens (the prefix shared by group when
+    ``shared``) plus ``new`` tokens computed in this step."""
     g = torch.Generator().manual_seed(0)
     perm = (torch.randperm(slots - 1, generator=g) + 1).tolist()
-    shared = [perm[i * prefix:(i + 1) * prefix] for i in range(groups)]
-    pos = groups * prefix
-    rows, new = [], []
-    for b in range(bsz):
-        own = perm[pos: pos + suffix]
-        pos += suffix
-        rows.append(shared[b % groups] + own)
-        new.append(own[-1])
-    table = torch.zeros(bsz, prefix + suffix, dtype=torch.int32)
-    for i, r in enumerate(rows):
-        table[i] = torch.tensor(r, dtype=torch.int32)
-    seq = torch.full((bsz,), prefix + suffix, dtype=torch.int64)
-    ones = torch.ones(bsz, dtype=torch.int64)
-    batch = ForwardBatch(ForwardMode.DECODE, torch.zeros(bsz, dtype=torch.long), seq - 1, torch.tensor(new),
-                         torch.arange(bsz), seq, seq - 1, ones, torch.arange(bsz), table,
-                         seq.tolist(), (seq - 1).tolist(), ones.tolist())
-    return batch, new
+    pos = 0
+
+    def take(n: int) -> list[int]:
+        nonlocal pos
+        pos += n
+        return perm[pos - n: pos]
+
+    commons = [take(prefix) for _ in range(groups if shared else 0)]
+    rows = [(commons[b % groups] if shared else take(prefix)) + take(suffix + new) for b in range(bsz)]
+    width = prefix + suffix + new
+    table = torch.tensor(rows, dtype=torch.int32)
+    seq = torch.full((bsz,), width, dtype=torch.int64)
+    ext = torch.full((bsz,), new, dtype=torch.int64)
+    mode = ForwardMode.DECODE if new == 1 else ForwardMode.EXTEND
+    positions = torch.arange(width - new, width).repeat(bsz)
+    locs = torch.tensor([s for r in rows for s in r[-new:]])
+    return ForwardBatch(mode, torch.zeros(bsz * new, dtype=torch.long), positions, locs, torch.arange(bsz), seq,
+                        seq - ext, ext, torch.cumsum(ext, 0) - ext, table, seq.tolist(), (seq - ext).tolist(),
+                        ext.tolist())
+
+
+def timed(fn, iters: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def read_bandwidth() -> float:
+    x = torch.ones(1 << 28)  # 1 GiB of fp32
+    return x.numel() * 4 / timed(lambda: x.sum(), 5) / 1e9
 
 
 def main() -> None:
@@ -49,34 +74,41 @@ def main() -> None:
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--groups", type=int, default=16)
     p.add_argument("--prefix", type=int, default=512)
-    p.add_argument("--suffix", type=int, default=96)
+    p.add_argument("--suffix", type=int, default=64)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--iters", type=int, default=10)
     args = p.parse_args()
     tune_malloc()
-    print(f"decode, {args.groups} shared prefixes of {args.prefix} + {args.suffix} private tokens, "
-          f"H={args.heads} Hkv={args.kv_heads} D={args.head_dim}, fp32, {torch.get_num_threads()} threads")
-    print(f"{'batch':>6} {'plain ms':>9} {'cascade ms':>11} {'speedup':>8} {'plain us/req':>13}")
-    for bsz in (16, 32, 64, 128):
-        slots = args.groups * args.prefix + bsz * args.suffix + 2
-        pool = KVPool(slots, 1, args.kv_heads, args.head_dim, torch.float32)
-        pool.k_buffer[0].normal_()
-        pool.v_buffer[0].normal_()
-        batch, _ = decode_batch(bsz, args.groups, args.prefix, args.suffix, slots)
-        q = torch.randn(bsz, args.heads, args.head_dim)
-        k = torch.randn(bsz, args.kv_heads, args.head_dim)
-        backend = TorchNativeBackend(pool)
-        res = {}
-        for use in (False, True):
-            backend.use_cascade = use
-            backend.init_forward_metadata(batch)
-            for _ in range(2):
-                backend.forward(q, k, k, 0, args.head_dim ** -0.5, batch)
-            t = time.perf_counter()
-            for _ in range(args.iters):
-                backend.forward(q, k, k, 0, args.head_dim ** -0.5, batch)
-            res[use] = (time.perf_counter() - t) / args.iters * 1e3
-        print(f"{bsz:>6} {res[False]:>9.2f} {res[True]:>11.2f} {res[False] / res[True]:>7.2f}x "
-              f"{res[False] * 1e3 / bsz:>13.1f}")
+    if not cpu_native.load():
+        raise SystemExit("the native CPU kernel did not build here (see the warning above)")
+    dtype = getattr(torch, args.dtype)
+    bw = read_bandwidth()
+    print(f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {args.dtype}; "
+          f"read bandwidth {bw:.1f} GB/s; H={args.heads} Hkv={args.kv_heads} D={args.head_dim}; prefix "
+          f"{args.prefix} (+{args.suffix} private), {args.groups} groups when shared")
+    print(f"{'mode':>7} {'batch':>5} {'shared':>6} {'native us':>10} {'torch us':>10} {'speedup':>8} {'native GB/s':>12}")
+    elem = torch.tensor([], dtype=dtype).element_size()
+    for new in (1, 64):
+        for bsz in (1, 16, 128):
+            for shared in (False, True):
+                if shared and bsz == 1:
+                    continue
+                groups = min(args.groups, bsz)
+                slots = (groups if shared else bsz) * args.prefix + bsz * (args.suffix + new) + 2
+                pool = KVPool(slots, 1, args.kv_heads, args.head_dim, dtype)
+                pool.k_buffer[0].normal_()
+                pool.v_buffer[0].normal_()
+                batch = make_batch(bsz, groups, args.prefix, args.suffix, new, shared, slots)
+                q = torch.randn(bsz * new, args.heads, args.head_dim).to(dtype)
+                res = {}
+                for name, cls in (("native", CpuBackend), ("torch", TorchNativeBackend)):
+                    be = cls(pool)
+                    be.init_forward_metadata(batch)
+                    res[name] = timed(lambda: be.attend(q, None, None, 0, args.head_dim ** -0.5, batch), args.iters)
+                distinct = (groups * args.prefix if shared else bsz * args.prefix) + bsz * (args.suffix + new)
+                gbs = distinct * 2 * args.kv_heads * args.head_dim * elem / res["native"] / 1e9
+                print(f"{'decode' if new == 1 else 'extend':>7} {bsz:>5} {str(shared):>6} {res['native'] * 1e6:>10.0f} "
+                      f"{res['torch'] * 1e6:>10.0f} {res['torch'] / res['native']:>7.2f}x {gbs:>12.1f}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@
 namespace {
 
 constexpr int KB = 32;        // keys per tile
-constexpr int MAX_ROWS = 64;  // query rows (entries x query heads of one KV head) per task
+constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV head) per task
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 
 inline float to_f(float x) { return x; }
@@ -69,6 +69,25 @@ inline v16 vload(const float* p) {
   return v;
 }
 inline void vstore(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+inline v16 load16(const float* p) { return vload(p); }
+inline v16 load16(const uint16_t* p) {  // 16 bf16 -> 16 fp32
+  u16x16 h;
+  std::memcpy(&h, p, sizeof(h));
+  const u32x16 w = __builtin_convertvector(h, u32x16) << 16;
+  v16 f;
+  std::memcpy(&f, &w, sizeof(f));
+  return f;
+}
+inline float hsum(v16 v) {
+  typedef float v8 __attribute__((vector_size(32)));
+  typedef float v4 __attribute__((vector_size(16)));
+  const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
 
 struct Args {
   const void* q;
@@ -133,6 +152,101 @@ inline float softmax_step(float* s, int64_t lim, float& m, float& l) {
   return alpha;
 }
 
+// Vector forms of exp_le0 and of softmax_step for a 32-key tile held in two registers.
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+inline v16 vexp_le0(v16 x) {
+  const v16 lo = v16{} - 87.0f;
+  x = x < lo ? lo : x;
+  const v16 shift = v16{} + 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to nearest
+  const v16 n = (x * 1.44269504088896341f + shift) - shift;
+  const v16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  v16 p = v16{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const i32x16 bits = (__builtin_convertvector(n, i32x16) + 127) << 23;
+  v16 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+inline float hmax(v16 v) {
+  float mx = v[0];
+  for (int i = 1; i < 16; ++i) mx = std::max(mx, v[i]);
+  return mx;
+}
+inline float softmax_step_v(v16 s0, v16 s1, int64_t lim, float& m, float& l, float* p_out) {
+  const v16 idx0 = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const v16 idx1 = idx0 + 16.0f;
+  const v16 limv = v16{} + float(lim), ninf = v16{} + NEG_INF, zero = v16{};
+  s0 = idx0 < limv ? s0 : ninf;
+  s1 = idx1 < limv ? s1 : ninf;
+  const float mnew = std::max(m, hmax(s0 > s1 ? s0 : s1));
+  const float alpha = exp_le0(m - mnew);
+  const v16 p0 = idx0 < limv ? vexp_le0(s0 - mnew) : zero;
+  const v16 p1 = idx1 < limv ? vexp_le0(s1 - mnew) : zero;
+  vstore(p_out, p0);
+  vstore(p_out + 16, p1);
+  l = l * alpha + hsum(p0 + p1);
+  m = mnew;
+  return alpha;
+}
+
+constexpr int64_t DIRECT_ROWS = 4;
+
+// The task's keys for at most DIRECT_ROWS query rows: each K row is read from the pool once
+// and dotted with every query row (a horizontal sum per key and row), each V row is read
+// once and accumulated into every row; nothing is copied into a tile.
+template <typename T, int DC>
+void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slots, int64_t h, int64_t ks,
+                int64_t kend, int64_t rows_p, const float* qf, float* o, float* m, float* l, const int64_t* qpos) {
+  constexpr int64_t DV = DC / 16;
+  alignas(64) float s[DIRECT_ROWS][KB];
+  v16 qv[DIRECT_ROWS][DV], acc[DIRECT_ROWS][DV];
+  for (int64_t r = 0; r < rows_p; ++r)
+    for (int64_t x = 0; x < DV; ++x) {
+      qv[r][x] = vload(qf + r * DC + 16 * x);
+      acc[r][x] = v16{};
+    }
+  for (int64_t kb = ks; kb < kend; kb += KB) {
+    const int64_t n = std::min<int64_t>(KB, kend - kb);
+    for (int64_t j = 0; j < n; ++j) {
+      const T* kp = kbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC;
+      v16 kv[DV];
+      for (int64_t x = 0; x < DV; ++x) kv[x] = load16(kp + 16 * x);
+      for (int64_t r = 0; r < rows_p; ++r) {
+        v16 d = qv[r][0] * kv[0];
+        for (int64_t x = 1; x < DV; ++x) d += qv[r][x] * kv[x];
+        s[r][j] = hsum(d);
+      }
+    }
+    float alpha[DIRECT_ROWS];
+    for (int64_t r = 0; r < rows_p; ++r) {
+      const int64_t lim = std::min<int64_t>(n, qpos[r] - kb + 1);
+      if (lim <= 0) {
+        std::fill(s[r], s[r] + KB, 0.0f);
+        alpha[r] = 1.0f;
+      } else {
+        alpha[r] = softmax_step(s[r], lim, m[r], l[r]);
+      }
+      for (int64_t x = 0; x < DV; ++x) acc[r][x] *= alpha[r];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const T* vp = vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC;
+      v16 vv[DV];
+      for (int64_t x = 0; x < DV; ++x) vv[x] = load16(vp + 16 * x);
+      for (int64_t r = 0; r < rows_p; ++r) {
+        const float pj = s[r][j];
+        for (int64_t x = 0; x < DV; ++x) acc[r][x] += pj * vv[x];
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows_p; ++r)
+    for (int64_t x = 0; x < DV; ++x) vstore(o + r * DC + 16 * x, acc[r][x]);
+}
+
 template <typename T, int DC>
 void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   constexpr int64_t DV = DC / 16;  // 16-float vectors per row (DC > 0)
@@ -160,14 +274,25 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   const int32_t* slots = a.r2t + row * a.r2t_stride;
   const int64_t kend = std::min<int64_t>(ke, maxp + 1);
   alignas(64) float s[RB][KB];
-  for (int64_t kb = ks; kb < kend; kb += KB) {
+  bool kend_done = false;
+  if constexpr (DC > 0) {
+    if (rows_p <= DIRECT_ROWS) {  // few query rows (decode): read K/V in place, no tiles
+      run_direct<T, DC>(a, kbuf, vbuf, slots, h, ks, kend, rows_p, qf, o, m, l, qpos);
+      kend_done = true;
+    }
+  }
+  for (int64_t kb = ks; kb < kend && !kend_done; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t off = (int64_t(slots[kb + j]) * a.Hkv + h) * D;
       const T* kp = kbuf + off;
       const T* vp = vbuf + off;
       for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
-      for (int64_t d = 0; d < D; ++d) vt[j * D + d] = to_f(vp[d]);
+      if constexpr (DC > 0) {
+        for (int64_t x = 0; x < DC / 16; ++x) vstore(vt + j * DC + 16 * x, load16(vp + 16 * x));
+      } else {
+        for (int64_t d = 0; d < D; ++d) vt[j * D + d] = to_f(vp[d]);
+      }
     }
     for (int64_t j = n; j < KB; ++j) {
       for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = 0.0f;
@@ -196,13 +321,12 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
         }
         float alpha[RB];
         for (int64_t rr = 0; rr < RB; ++rr) {
-          vstore(s[rr], s0[rr]);
-          vstore(s[rr] + 16, s1[rr]);
           if (lim[rr] <= 0) {
-            std::fill(s[rr], s[rr] + KB, 0.0f);
+            vstore(s[rr], v16{});
+            vstore(s[rr] + 16, v16{});
             alpha[rr] = 1.0f;
           } else {
-            alpha[rr] = softmax_step(s[rr], lim[rr], m[r0 + rr], l[r0 + rr]);
+            alpha[rr] = softmax_step_v(s0[rr], s1[rr], lim[rr], m[r0 + rr], l[r0 + rr], s[rr]);
           }
         }
         v16 acc[RB][DV];
@@ -336,14 +460,25 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
               "paged_attention: int32 plan, int64 positions");
   const int64_t H = q.size(1), D = q.size(2), Hkv = k_buf.size(1);
   TORCH_CHECK(H % Hkv == 0 && H / Hkv <= MAX_ROWS && k_buf.size(2) == D, "paged_attention: head shapes");
-  const int64_t num_entries = entry_tok.size(0);
+  const int64_t num_entries = entry_tok.size(0), T = q.size(0), G = H / Hkv;
+  TORCH_CHECK(tok_ptr.size(0) == T + 1 && tok_entries.size(0) == num_entries && positions.size(0) == T,
+              "paged_attention: plan sizes do not match q");
+  const int32_t* tp = tasks.data_ptr<int32_t>();
+  for (int64_t i = 0; i < tasks.size(0); ++i, tp += 5) {  // a bad plan must raise, never read out of bounds
+    TORCH_CHECK(tp[0] >= 0 && tp[0] < req_to_token.size(0) && tp[1] >= 0 && tp[1] <= tp[2] &&
+                    tp[2] <= req_to_token.size(1) && tp[3] >= 0 && tp[3] <= tp[4] && tp[4] <= num_entries &&
+                    (tp[4] - tp[3]) * G <= MAX_ROWS,
+                "paged_attention: task ", i, " is out of range");
+  }
+  const int32_t* et = entry_tok.data_ptr<int32_t>();
+  for (int64_t i = 0; i < num_entries; ++i) TORCH_CHECK(et[i] >= 0 && et[i] < T, "paged_attention: entry out of range");
   at::Tensor part_o = at::empty({num_entries, H, D}, q.options().dtype(at::kFloat));
   at::Tensor part_lse = at::empty({num_entries, H}, q.options().dtype(at::kFloat));
   Args a{q.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), req_to_token.data_ptr<int32_t>(),
          req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
          static_cast<float>(scale)};
-  const int64_t num_tasks = tasks.size(0), T = q.size(0);
+  const int64_t num_tasks = tasks.size(0);
   if (q.scalar_type() == at::kFloat) {
     dispatch<float>(a, num_tasks);
     merge<float>(a.part_o, a.part_lse, tok_ptr.data_ptr<int32_t>(), tok_entries.data_ptr<int32_t>(),

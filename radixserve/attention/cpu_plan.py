@@ -64,7 +64,7 @@ def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> li
 
 def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext_lens: np.ndarray,
                start_loc: np.ndarray, heads_per_kv: int, num_kv_heads: int, num_threads: int,
-               min_shared: int = 32, max_rows: int = 64) -> CpuAttnPlan:
+               min_shared: int = 32, max_rows: int = 128) -> CpuAttnPlan:
     """``rows [B, >= max(seq_lens)]``: each request's slots (for prefix detection only);
     ``req_rows [B]`` its row in req_to_token; ``start_loc``/``ext_lens``: its packed tokens."""
     bsz = len(seq_lens)
