@@ -29,6 +29,15 @@ def _set_pdeathsig() -> None:
         pass
 
 
+def set_process_name(name: str) -> None:
+    """Name this process in ``top``/``ps -o comm``/``/proc/PID/comm`` (Linux, 15 bytes; best effort)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def start_parent_watchdog(parent_pid: int, interval: float = 0.5) -> None:
     """A daemon thread that hard-exits this process once ``parent_pid`` is gone."""
 
@@ -45,6 +54,7 @@ def setup_child(name: str, log_level: str, parent_pid: int) -> None:
     _set_pdeathsig()
     if os.getppid() != parent_pid:  # the parent died before we got here
         os._exit(1)
+    set_process_name(f"rs-{name}")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGTERM keeps its default action: a Python-level handler would only run once the main
     # thread leaves a blocking zmq call, which a signal delivered to another thread never ends.
