@@ -31,6 +31,10 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str,
         if f.name in skip:
             continue
         hint = hints[f.name]
+        if typing.get_origin(hint) is typing.Literal:  # a closed set of strings
+            group.add_argument(_flag(f.name), choices=typing.get_args(hint), default=f.default,
+                               help=f"default: {f.default}")
+            continue
         base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
         kind = base[0]
         if kind is bool:
@@ -66,7 +70,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     engine = Engine(config=engine_config_from_args(args), show_progress=True)
     print(f"[radixserve] loaded {engine.model_path} in {time.perf_counter() - t0:.1f}s "
-          f"({engine.runner.dtype}, {engine.scheduler.kv.capacity} KV slots)", file=sys.stderr)
+          f"({engine.runner.numerics.describe()}, {engine.scheduler.kv.capacity} KV slots)", file=sys.stderr)
     prompt = args.prompt
     if args.chat:
         prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,

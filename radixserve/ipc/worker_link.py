@@ -85,3 +85,4 @@ class WorkerInfo:
     dtype: str
     device: str
     hf_dir: str
+    quantization: str = "none"  # of the decoder's linear layers, e.g. "int8 at <= 4 rows"

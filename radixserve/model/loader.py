@@ -111,17 +111,31 @@ def iter_weights(hf_dir: str):
 
 
 def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.device, max_positions: int,
-               show_progress: bool = False) -> torch.nn.Module:
+               show_progress: bool = False, quantization: str = "none",
+               max_m: Optional[int] = None) -> torch.nn.Module:
+    """The model in eval mode, weights in ``dtype``.  With a ``quantization`` method
+    (``model/quant.py``) the weights load in fp32, the decoder's linear layers are quantized
+    from them (for ``dtype`` activations, with input scales from ``model/calibration.py``;
+    ``max_m``: see QuantLinear), then the rest is cast to ``dtype``: the fp32 copy is
+    transient (4 bytes per parameter while loading)."""
     from radixserve.model.fused_ops import select_ops
     from radixserve.model.llama import LlamaForCausalLM
 
     with torch.device(device):
-        model = LlamaForCausalLM(config, max_positions, select_ops(device, dtype)).to(dtype)
+        model = LlamaForCausalLM(config, max_positions, select_ops(device, dtype))
+        model.to(torch.float32 if quantization != "none" else dtype)
     weights = iter_weights(hf_dir)
     if show_progress:
         from tqdm import tqdm
 
         weights = tqdm(weights, desc="Loading weights", unit="tensor")
     model.load_weights(weights)
+    if quantization != "none":
+        from radixserve.model.calibration import cached_input_scales
+        from radixserve.model.quant import quantize_linears
+
+        scales = cached_input_scales(model, hf_dir, quantization, cache_root())
+        quantize_linears(model, quantization, dtype, max_m, scales)
+        model.to(dtype)
     model.rotary.cos, model.rotary.sin = model.rotary.cos.float(), model.rotary.sin.float()
     return model.eval()

@@ -163,8 +163,9 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         tokenizer = load_light_tokenizer(tokenizer_path)
         logger.info("loading the model in the worker process...")
         info = launcher.wait_ready()["scheduler"]
-        logger.info("model ready in %.1fs: %s, %s on %s, %d KV slots, context %d", time.perf_counter() - t0,
-                    hf_dir, info.dtype, info.device, info.num_slots - 1, info.context_len)
+        logger.info("model ready in %.1fs: %s, %s (quantization %s) on %s, %d KV slots, context %d",
+                    time.perf_counter() - t0, hf_dir, info.dtype, info.quantization, info.device, info.num_slots - 1,
+                    info.context_len)
         tm = TokenizerManager(tokenizer, info, launcher.addrs, tokenizer_path)
         ctx = ServerContext(tm, engine_cfg, server_cfg, model_name(engine_cfg.model.path),
                             engine_cfg.model.path or hf_dir, tokenizer_path,

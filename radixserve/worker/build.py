@@ -26,5 +26,6 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True) -> tuple[ModelRu
     runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress)
     info = WorkerInfo(num_slots=runner.kv_pool.num_slots, max_rows=runner.req_to_token.size,
                       context_len=runner.context_len, vocab_size=runner.vocab_size,
-                      dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir)
+                      dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir,
+                      quantization=runner.numerics.quant_label())
     return runner, info

@@ -19,7 +19,7 @@ from radixserve.ipc.worker_link import StepOutput, StepPlan, StepResult, TokenLo
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
-from radixserve.worker.dtype_choice import choose_cpu_dtype, mlp_shapes
+from radixserve.worker.numerics_choice import resolve_numerics
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
 
 logger = logging.getLogger(__name__)
@@ -29,20 +29,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device, config: Any) -> torch.dtype:
-    """The weights' and KV pool's dtype.  ``auto``: bf16 on CUDA; on the CPU the faster of fp32
-    and bf16 on this machine, measured on ``config``'s shapes (``dtype_choice.py``)."""
-    if name == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16
-        return choose_cpu_dtype(mlp_shapes(config), os.path.join(loader.cache_root(), "dtype_choice.json"))
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if name not in table:
-        raise ValueError(f"dtype: unknown dtype {name!r} (auto, float32, bfloat16, float16)")
-    return table[name]
 
 
 def _free_memory_bytes(device: torch.device) -> int:
@@ -73,11 +59,13 @@ class ModelRunner:
                  hf_dir: str, show_progress: bool = False) -> None:
         self.device = resolve_device(model_cfg.device)
         self.config = loader.load_config(hf_dir)
-        self.dtype = resolve_dtype(model_cfg.dtype, self.device, self.config)
+        self.numerics = resolve_numerics(model_cfg, self.device, self.config, hf_dir)
+        self.dtype = self.numerics.dtype
         torch.manual_seed(model_cfg.seed)
         self.context_len = context_length(self.config, model_cfg)
         self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
-                                       show_progress=show_progress)
+                                       show_progress=show_progress, quantization=self.numerics.quantization,
+                                       max_m=self.numerics.max_m)
         head_dim = self.model.layers[0].self_attn.head_dim
         num_slots = kv_pool_slots(self.config, cache_cfg, self.dtype, self.device)  # after the weights
         self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, self.config.num_key_value_heads,

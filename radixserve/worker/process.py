@@ -35,7 +35,8 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
 
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: SIGTERM would leak it
     runner, info = build_worker(cfg)
-    logger.info("model loaded from %s: %s on %s, %d KV slots", info.hf_dir, info.dtype, info.device, info.num_slots)
+    logger.info("model loaded from %s: %s (quantization %s) on %s, %d KV slots", info.hf_dir, info.dtype,
+                info.quantization, info.device, info.num_slots)
     ctx = zmq.Context()
     plans = make_socket(ctx, zmq.PULL, addrs.sched_to_worker, bind=True)
     results = make_socket(ctx, zmq.PUSH, addrs.worker_to_sched, bind=False)

@@ -1,0 +1,115 @@
+"""How fast each linear-layer path runs on this CPU, measured once per machine and cached.
+
+A CPU-flag table cannot choose well.  bf16 matmuls ran at about half the fp32 rate on an
+Intel Xeon with AVX512-BF16 but no AMX (oneDNN has no fast bf16 kernel there), about 5x
+slower than fp32 on an AVX2-only EPYC, and faster than fp32 with AMX; torch's int8/int4
+weight kernels beat both only at a handful of rows.  So the first start on a machine times
+every path on the model's own linear shapes (qkv, o, gate_up, down) at decode-like and
+prefill-like row counts M (``PROBE_M``) and caches the table in
+``$RADIXSERVE_CACHE/kernel_timings.json`` per (CPU model and flags, torch version, thread
+count, shapes, Ms).  ``numerics_choice.py`` chooses from it.
+
+Paths: "float32" and "bfloat16" (``F.linear`` in that dtype), and "int8", "w8a8", "int4"
+(``model/quant.py``'s QuantLinear) on bf16 activations, the only dtype their kernels are fast
+in: measured on an AMX Xeon, int8 weights with fp32 activations ran 10x and int4 28x slower
+than with bf16 ones, so fp32 activations are never timed (a first start would pay seconds).
+"""
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from radixserve.model.quant import METHODS, QuantLinear, supports
+from radixserve.worker import json_cache
+
+PROBE_M = (1, 2, 4, 8, 16, 64, 256, 1024)  # decode batches ... prefill chunks
+DENSE = ("float32", "bfloat16")
+PATHS = DENSE + METHODS
+Shapes = tuple[tuple[int, int], ...]  # (in_features, out_features) of the timed linear layers
+Timings = dict[str, dict[int, float]]  # path -> M -> seconds for one call per shape, summed
+Timer = Callable[[str, Shapes, tuple[int, ...]], dict[int, float]]  # (path, shapes, Ms)
+
+
+def linear_shapes(config: Any) -> Shapes:
+    """The decoder layer's linear layers: fused qkv, o, fused gate/up, down."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    q, kv = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
+    h, i = config.hidden_size, config.intermediate_size
+    return ((h, q + 2 * kv), (q, h), (h, 2 * i), (i, h))
+
+
+def cpu_signature() -> str:
+    """CPU model name and a hash of its flags (from /proc/cpuinfo; the platform where absent)."""
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    model = info.get("model name") or platform.processor() or platform.machine()
+    flags = " ".join(sorted(info.get("flags", "").split()))
+    return f"{model} | flags {hashlib.sha1(flags.encode()).hexdigest()[:12]}"
+
+
+def cache_key(shapes: Shapes, ms: tuple[int, ...] = PROBE_M) -> str:
+    return (f"{cpu_signature()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
+            f"{list(shapes)} | M {list(ms)}")
+
+
+def _layer(path: str, w: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.dtype]:
+    if path in DENSE:
+        dtype = getattr(torch, path)
+        wd = w.to(dtype)
+        return (lambda x: F.linear(x, wd)), dtype
+    if not supports(path, *w.shape):  # the model keeps such a layer dense: time it so
+        wd = w.to(torch.bfloat16)
+        return (lambda x: F.linear(x, wd)), torch.bfloat16
+    return QuantLinear(w, None, path, torch.bfloat16), torch.bfloat16
+
+
+def time_path(path: str, shapes: Shapes, ms: tuple[int, ...] = PROBE_M, reps: int = 3) -> dict[int, float]:
+    """Best-of-``reps`` seconds for one call of ``path`` per shape, summed, for each M."""
+    out = dict.fromkeys(ms, 0.0)
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for k, n in shapes:
+            layer, dtype = _layer(path, torch.randn(n, k, generator=gen) * 0.05)
+            for m in ms:
+                x = torch.randn(m, k, generator=gen).to(dtype)
+                layer(x)  # warm-up: oneDNN builds its kernel on the first call
+                best = float("inf")
+                for _ in range(reps):
+                    t = time.perf_counter()
+                    layer(x)
+                    best = min(best, time.perf_counter() - t)
+                out[m] += best
+    return out
+
+
+def _valid(entry: Any, ms: tuple[int, ...]) -> bool:
+    return isinstance(entry, dict) and all(isinstance(entry.get(str(m)), (int, float)) for m in ms)
+
+
+def measured_timings(shapes: Shapes, paths: tuple[str, ...], cache_path: Optional[str],
+                     timer: Timer = time_path, ms: tuple[int, ...] = PROBE_M) -> tuple[Timings, bool]:
+    """(timings of ``paths`` on these shapes, whether all came from the cache).  Paths missing
+    from the cache are measured with ``timer`` and added to it; a cache that cannot be read or
+    written never fails the caller."""
+    key = cache_key(shapes, ms)
+    cache = json_cache.load(cache_path)
+    entry = cache.get(key) if isinstance(cache.get(key), dict) else {}
+    stored = entry.get("timings") if isinstance(entry.get("timings"), dict) else {}
+    missing = [p for p in paths if not _valid(stored.get(p), ms)]
+    for p in missing:
+        stored[p] = {str(m): float(s) for m, s in timer(p, shapes, ms).items()}
+    if missing:
+        cache[key] = {"timings": stored, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        json_cache.save(cache_path, cache)
+    return {p: {m: stored[p][str(m)] for m in ms} for p in paths}, not missing

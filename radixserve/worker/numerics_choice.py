@@ -1,0 +1,146 @@
+"""The numerics a model runs with: its dtype and its quantization, from ModelConfig.
+
+Explicit settings are taken as given: ``--dtype float32|bfloat16``, ``--quantization
+none|int8|w8a8|int4`` (CPU only; an explicit method with ``--dtype auto`` computes in bf16,
+the activation dtype its kernels are fast in).  ``--quantization auto`` with an explicit dtype
+means no quantization, and ``--dtype auto`` alone (``--quantization none``) is the faster of
+fp32 and bf16 on the CPU, bf16 on CUDA.
+
+With both ``auto`` on the CPU the choice comes from ``kernel_timing.py``'s table (time per
+call, summed over the model's linear shapes, at each probe row count M):
+
+1. Dense: the faster of fp32 and bf16, summed over the Ms; a tie keeps fp32 (exact).
+2. A quantized method (bf16 activations) counts as faster at an M when it takes at most
+   ``1 - MARGIN`` of bf16's time there.  On a bf16 model it runs for every call of up to
+   ``max_m`` rows, the largest probe M before the first one where it is not faster, and the
+   dense weights stay for larger calls (a hybrid; when it is faster at every M the dense
+   weights are dropped).  On an fp32 model it competes only as a whole (bf16 throughout),
+   by its summed time.
+3. Candidates are ranked by summed time (ties keep the simpler: dense, then int8, w8a8,
+   int4) and taken in that order, a quantized one only when its accuracy bar holds for this
+   model (``quant_accuracy.py``: checked for the candidates that come before the dense one,
+   once per model and method, then cached).  The walk ends at the dense choice at worst, so
+   ``auto`` never picks the slower of the two exact paths nor an unverified quantization.
+
+One log line gives the choice, every timing and the agreement rates it checked.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from radixserve.config import ModelConfig
+from radixserve.model import loader
+from radixserve.model.quant import METHODS
+from radixserve.worker import quant_accuracy
+from radixserve.worker.kernel_timing import DENSE, PATHS, Timer, Timings, cache_key, linear_shapes, measured_timings, \
+    time_path
+
+logger = logging.getLogger(__name__)
+
+MARGIN = 0.1  # a quantized kernel must save at least this share of the dense time to be used
+Verify = Callable[[str], tuple[float, int]]  # method -> (argmax agreement with fp32, positions)
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """``dtype`` of activations, KV pool and dense weights; ``quantization`` of the decoder's
+    linear layers ("none" or a ``model/quant.py`` method), its kernel used for calls of at
+    most ``max_m`` rows (None: every call, no dense weights kept)."""
+
+    dtype: torch.dtype
+    quantization: str = "none"
+    max_m: Optional[int] = None
+
+    def quant_label(self) -> str:
+        """"none", "int8", or "int8 at <= 4 rows" for a hybrid."""
+        return self.quantization + ("" if self.max_m is None else f" at <= {self.max_m} rows")
+
+    def describe(self) -> str:
+        name = str(self.dtype).removeprefix("torch.")
+        return name if self.quantization == "none" else f"{name} + {self.quant_label()}"
+
+
+def resolve_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
+    """An explicit dtype name, or None for "auto"."""
+    if name == "auto":
+        return None
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if name not in table:
+        raise ValueError(f"dtype: unknown dtype {name!r} (auto, float32, bfloat16, float16)")
+    return table[name]
+
+
+def _total(per_m: dict[int, float]) -> float:
+    return sum(per_m.values())
+
+
+def candidates(t: Timings) -> list[tuple[float, Numerics]]:
+    """(summed time, numerics) of the dense choice and of each quantized path in ``t``, fastest first."""
+    ms = sorted(t["float32"])
+    dense = "bfloat16" if _total(t["bfloat16"]) < _total(t["float32"]) else "float32"
+    out = [(_total(t[dense]), Numerics(getattr(torch, dense)))]
+    for q in (p for p in METHODS if p in t):
+        if dense == "bfloat16":
+            wins = 0
+            while wins < len(ms) and t[q][ms[wins]] <= (1 - MARGIN) * t[dense][ms[wins]]:
+                wins += 1
+            if not wins:
+                continue
+            max_m = None if wins == len(ms) else ms[wins - 1]
+        elif _total(t[q]) <= (1 - MARGIN) * _total(t[dense]):
+            max_m = None
+        else:
+            continue
+        score = sum(t[q][m] if max_m is None or m <= max_m else t[dense][m] for m in ms)
+        out.append((score, Numerics(torch.bfloat16, q, max_m)))
+    order = ("none",) + METHODS
+    return sorted(out, key=lambda c: (c[0], order.index(c[1].quantization)))
+
+
+def choose(t: Timings, verify: Verify) -> tuple[Numerics, dict[str, tuple[float, int]]]:
+    """The first candidate whose accuracy holds, and what ``verify`` returned for the methods checked."""
+    rates: dict[str, tuple[float, int]] = {}
+    for _, c in candidates(t):
+        if c.quantization == "none":
+            return c, rates
+        rates[c.quantization] = verify(c.quantization)
+        if quant_accuracy.passes(*rates[c.quantization]):
+            return c, rates
+    raise AssertionError("the dense candidate is always in the list")  # pragma: no cover
+
+
+def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir: str,
+                     timer: Timer = time_path, verify: Optional[Verify] = None) -> Numerics:
+    """``cfg.dtype`` and ``cfg.quantization`` made concrete for this device and model (see the
+    module docstring); ``auto`` measures on the first start and reads the caches afterwards."""
+    dtype, q = resolve_dtype(cfg.dtype, device), cfg.quantization
+    if device.type != "cpu":
+        if q not in ("auto", "none"):
+            raise ValueError(f"quantization: {q} is implemented for the CPU only (use none or auto)")
+        return Numerics(dtype or torch.bfloat16)
+    if q in METHODS:
+        return Numerics(dtype or torch.bfloat16, q)
+    if dtype is not None:
+        return Numerics(dtype)
+    paths = DENSE if q == "none" else PATHS
+    shapes = linear_shapes(config)
+    timings, cached = measured_timings(shapes, paths, os.path.join(loader.cache_root(), "kernel_timings.json"),
+                                       timer)
+    if verify is None:
+        acc_path = os.path.join(loader.cache_root(), "quant_accuracy.json")
+        verify = lambda method: quant_accuracy.verified_agreement(hf_dir, config, method, acc_path)  # noqa: E731
+    choice, rates = choose(timings, verify)
+    table = "; ".join(f"{p} " + " ".join(f"{m}:{s * 1e6:.0f}" for m, s in sorted(timings[p].items()))
+                      for p in paths)
+    checked = ", ".join(f"{m} {r:.4f} over {n} (lower bound {quant_accuracy.lower_bound(r, n):.4f})"
+                        for m, (r, n) in rates.items()) or "none needed"
+    logger.info("numerics auto: %s | us per call (sum over %d shapes) by M: %s | argmax agreement with fp32, "
+                "bar %.2f: %s | %s timings, %s", choice.describe(), len(shapes), table, quant_accuracy.BAR, checked,
+                "cached" if cached else "measured", cache_key(shapes))
+    return choice

@@ -1,0 +1,178 @@
+"""``dtype="auto"`` and ``quantization="auto"`` on the CPU are chosen by measurement
+(radixserve/worker/kernel_timing.py, numerics_choice.py, quant_accuracy.py): the fastest path on
+the model's shapes whose accuracy bar holds, cached per machine, overridden by explicit settings.
+Timers and accuracy checks are injected, so these tests check the logic, never the speed."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from radixserve.config import ModelConfig
+from radixserve.worker import quant_accuracy
+from radixserve.worker.kernel_timing import DENSE, PATHS, cache_key, linear_shapes, measured_timings, time_path
+from radixserve.worker.numerics_choice import Numerics, candidates, choose, resolve_numerics
+
+SHAPES = ((8, 16), (16, 8))
+MS = (1, 64, 1024)
+CONFIG = SimpleNamespace(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+CPU = torch.device("cpu")
+
+
+def table(**per_path: tuple[float, float, float]) -> dict[str, dict[int, float]]:
+    return {p: dict(zip(MS, v)) for p, v in per_path.items()}
+
+
+def fake_timer(t: dict, calls: list):
+    def timer(path, shapes, ms):
+        calls.append(path)
+        return {m: t[path][m] for m in ms}
+    return timer
+
+
+def never(method):  # a verify that must not be called
+    raise AssertionError(f"verified {method}")
+
+
+@pytest.mark.parametrize("fp32,bf16,want", [((1, 2, 3), (1, 1, 1), torch.bfloat16),
+                                            ((1, 1, 1), (1, 2, 3), torch.float32),
+                                            ((1, 1, 1), (1, 1, 1), torch.float32)])
+def test_dense_choice_is_the_faster_and_keeps_fp32_on_a_tie(fp32, bf16, want):
+    got, rates = choose(table(float32=fp32, bfloat16=bf16), never)
+    assert got == Numerics(want) and rates == {}
+
+
+def test_a_quantized_kernel_runs_up_to_the_last_m_where_it_is_clearly_faster():
+    t = table(float32=(5, 50, 500), bfloat16=(4, 10, 100), int8=(1, 20, 900), int4=(2, 5, 50))
+    # int4 is faster at every M: alone (no dense weights kept); int8 only at M=1: a hybrid
+    assert candidates(t) == [(57, Numerics(torch.bfloat16, "int4")), (111, Numerics(torch.bfloat16, "int8", 1)),
+                             (114, Numerics(torch.bfloat16))]
+    # 3.7 against 4 saves under MARGIN at M=1: int4 is not faster at the smallest M, so it is out
+    t["int4"] = {1: 3.7, 64: 5, 1024: 50}
+    assert [c for _, c in candidates(t)] == [Numerics(torch.bfloat16, "int8", 1), Numerics(torch.bfloat16)]
+
+
+def test_on_an_fp32_machine_a_quantized_path_competes_only_as_a_whole():
+    t = table(float32=(1, 10, 100), bfloat16=(5, 50, 500), int8=(0.5, 50, 500), int4=(0.5, 5, 50))
+    assert [c for _, c in candidates(t)] == [Numerics(torch.bfloat16, "int4"), Numerics(torch.float32)]
+
+
+def test_auto_refuses_a_quantized_path_whose_bar_fails():
+    t = table(float32=(5, 50, 500), bfloat16=(4, 10, 100), int8=(1, 5, 50), int4=(2, 6, 60))
+    checked = []
+
+    def verify(rates):
+        def run(method):
+            checked.append(method)
+            return rates[method]
+        return run
+
+    got, rates = choose(t, verify({"int8": (0.90, 700), "int4": (0.99, 700)}))
+    assert got == Numerics(torch.bfloat16, "int4") and checked == ["int8", "int4"]
+    assert rates == {"int8": (0.90, 700), "int4": (0.99, 700)}
+    checked.clear()  # nothing passes: the dense dtype, never an unverified quantization
+    assert choose(t, verify({"int8": (0.96, 700), "int4": (0.972, 700)}))[0] == Numerics(torch.bfloat16)
+    assert checked == ["int8", "int4"]
+    checked.clear()  # a dense path faster than every quantized one: nothing is checked
+    slow_int8 = table(float32=(1, 1, 1), bfloat16=(2, 2, 2), int8=(3, 3, 3))
+    assert choose(slow_int8, verify({}))[0] == Numerics(torch.float32)
+    assert checked == []
+
+
+def test_the_bar_is_a_confidence_bound():
+    assert quant_accuracy.passes(0.99, 700) and not quant_accuracy.passes(0.972, 700)
+    assert not quant_accuracy.passes(1.0, 10)  # too few positions to know
+    assert quant_accuracy.lower_bound(0.98, 700) < 0.98 < quant_accuracy.lower_bound(0.98, 10 ** 7) + 1e-3
+
+
+def test_timings_are_measured_once_then_read_from_the_cache(tmp_path):
+    path = str(tmp_path / "sub" / "kernel_timings.json")
+    t = table(float32=(1, 2, 3), bfloat16=(4, 5, 6), int8=(7, 8, 9), w8a8=(1, 1, 1), int4=(2, 2, 2))
+    calls: list = []
+    got, cached = measured_timings(SHAPES, DENSE, path, fake_timer(t, calls), MS)
+    assert got == {p: t[p] for p in DENSE} and not cached and calls == list(DENSE)
+    calls.clear()
+    got, cached = measured_timings(SHAPES, PATHS, path, fake_timer(t, calls), MS)
+    assert got == t and not cached and calls == ["int8", "w8a8", "int4"]  # only what was missing
+    calls.clear()
+    assert measured_timings(SHAPES, PATHS, path, fake_timer(t, calls), MS) == (t, True) and calls == []
+    entry = json.load(open(path))[cache_key(SHAPES, MS)]
+    assert entry["timings"]["int8"] == {"1": 7, "64": 8, "1024": 9}
+    # another model's shapes are measured on their own, next to the first entry
+    measured_timings(((4, 4),), DENSE, path, fake_timer(t, calls), MS)
+    assert len(json.load(open(path))) == 2
+
+
+def test_a_corrupt_or_unwritable_cache_never_breaks_loading(tmp_path):
+    bad = tmp_path / "kernel_timings.json"
+    bad.write_text("{not json")
+    t = table(float32=(1, 2, 3), bfloat16=(4, 5, 6))
+    calls: list = []
+    assert measured_timings(SHAPES, DENSE, str(bad), fake_timer(t, calls), MS)[0] == t and calls
+    bad.write_text(json.dumps({cache_key(SHAPES, MS): {"timings": {"float32": {"1": "x"}}}}))  # measured again
+    calls.clear()
+    assert measured_timings(SHAPES, DENSE, str(bad), fake_timer(t, calls), MS)[0] == t and calls == list(DENSE)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert measured_timings(SHAPES, DENSE, str(blocker / "x.json"), fake_timer(t, []), MS)[0] == t
+    assert measured_timings(SHAPES, DENSE, None, fake_timer(t, []), MS)[0] == t
+
+
+def test_the_key_names_the_machine_torch_threads_shapes_and_ms():
+    key = cache_key(SHAPES, MS)
+    assert torch.__version__ in key and f"{torch.get_num_threads()} threads" in key and str(list(SHAPES)) in key
+    assert str(list(MS)) in key and cache_key(((1, 2),), MS) != key and cache_key(SHAPES, (1,)) != key
+
+
+def test_the_real_timer_runs_every_path():
+    shapes = linear_shapes(CONFIG)
+    assert shapes == ((64, 128), (64, 64), (64, 256), (128, 64))
+    for path in PATHS:
+        got = time_path(path, ((32, 16), (24, 16)), ms=(1, 3), reps=1)  # K=24: int8/int4 keep it dense
+        assert set(got) == {1, 3} and all(v > 0 for v in got.values())
+
+
+def test_verified_agreement_is_measured_once_per_model_and_method(tmp_path, tiny_dir):
+    path = str(tmp_path / "quant_accuracy.json")
+    calls = []
+
+    def measure(hf_dir, config, method):
+        calls.append(method)
+        return 0.975, 600
+
+    for _ in range(2):
+        assert quant_accuracy.verified_agreement(tiny_dir, None, "int8", path, measure) == (0.975, 600)
+    assert calls == ["int8"]
+    assert quant_accuracy.verified_agreement(tiny_dir, None, "int4", path, measure) == (0.975, 600)
+    assert calls == ["int8", "int4"]
+
+
+def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path):
+    monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    t = {p: {m: 1.0 for m in (1, 2, 4, 8, 16, 64, 256, 1024)} for p in PATHS}
+    t["bfloat16"] = {m: 0.5 for m in t["bfloat16"]}
+    t["int8"] = {**t["bfloat16"], 1: 0.1, 2: 0.2}
+    calls: list = []
+    checked: list = []
+
+    def resolve(**kw):
+        cfg = ModelConfig(**kw)
+        return resolve_numerics(cfg, CPU, CONFIG, "unused", fake_timer(t, calls),
+                                lambda m: checked.append(m) or (0.99, 700))
+
+    assert resolve(dtype="float32") == Numerics(torch.float32)
+    assert resolve(dtype="bf16", quantization="none") == Numerics(torch.bfloat16)
+    assert resolve(quantization="int4") == Numerics(torch.bfloat16, "int4")
+    assert resolve(dtype="float32", quantization="w8a8") == Numerics(torch.float32, "w8a8")
+    assert calls == [] and checked == []  # explicit settings are never measured
+    assert resolve(quantization="none") == Numerics(torch.bfloat16) and calls == list(DENSE) and checked == []
+    assert resolve() == Numerics(torch.bfloat16, "int8", 2) and checked == ["int8"]
+    assert (tmp_path / "kernel_timings.json").exists()
+    cuda = torch.device("cuda")
+    assert resolve_numerics(ModelConfig(), cuda, CONFIG, "unused", never, never) == Numerics(torch.bfloat16)
+    with pytest.raises(ValueError, match="^quantization: int8 is implemented for the CPU only"):
+        resolve_numerics(ModelConfig(quantization="int8"), cuda, CONFIG, "unused", never, never)
+    with pytest.raises(ValueError, match="^dtype: unknown dtype"):
+        resolve(dtype="int3")
