@@ -19,6 +19,7 @@ Run from the repository root (the default model is SmolLM2-135M-Instruct):
 
     .venv/bin/python benchmarks/bench_offline.py                       # full run + HF baseline
     .venv/bin/python benchmarks/bench_offline.py --disable-radix-cache --no-hf-baseline
+    .venv/bin/python benchmarks/bench_offline.py --no-hf-baseline --quantization int4
     .venv/bin/python benchmarks/bench_offline.py --groups 2 --prompts-per-group 2 \\
         --system-len 64 --question-len 16 --output-len 8 --hf-max-batches 1   # smoke test
 """
@@ -47,6 +48,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--question-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--dtype", default="auto", help="our engine's dtype (the HF baseline is always fp32)")
+    p.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "w8a8", "int4"],
+                   help="our engine's linear layers (auto: chosen with --dtype auto by measurement)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-total-tokens", type=int, default=None,
                    help="KV pool size; default: every token of the workload fits, so nothing is evicted")
@@ -90,7 +93,8 @@ def rates(n_in: int, n_out: int, secs: float) -> dict[str, float]:
 
 
 def run_ours(args: argparse.Namespace) -> tuple[dict[str, Any], list[list[int]], list[list[int]], str]:
-    kwargs: dict[str, Any] = {"dtype": args.dtype, "disable_radix_cache": args.disable_radix_cache}
+    kwargs: dict[str, Any] = {"dtype": args.dtype, "quantization": args.quantization,
+                              "disable_radix_cache": args.disable_radix_cache}
     if args.chunked_prefill_size is not None:
         kwargs["chunked_prefill_size"] = args.chunked_prefill_size
     if args.schedule_policy is not None:
@@ -120,6 +124,7 @@ def run_ours(args: argparse.Namespace) -> tuple[dict[str, Any], list[list[int]],
     res = {**rates(n_in, n_out, secs), "prompt_tokens": n_in, "completion_tokens": n_out,
            "cached_tokens": cached, "hit_rate": cached / max(1, n_in), "max_total_tokens": kwargs["max_total_tokens"],
            "retractions": stats.get("retractions"), "evicted_tokens": stats.get("evicted_tokens")}
+    res["numerics"] = engine.runner.numerics.describe()
     model_path = engine.model_path
     del engine
     gc.collect()
@@ -164,9 +169,10 @@ def main() -> None:
     n = args.groups * args.prompts_per_group
     print(f"workload: {args.groups} groups x {args.prompts_per_group} prompts = {n} requests; "
           f"system {args.system_len} + question {args.question_len} tokens, output {args.output_len} "
-          f"(ignore_eos, greedy); dtype={args.dtype} radix_cache={'off' if args.disable_radix_cache else 'on'}")
+          f"(ignore_eos, greedy); dtype={args.dtype} quantization={args.quantization} "
+          f"radix_cache={'off' if args.disable_radix_cache else 'on'}")
     ours, prompts, ours_out, model_path = run_ours(args)
-    print(f"\n== radixserve Engine ({n} requests in one generate call)")
+    print(f"\n== radixserve Engine ({n} requests in one generate call; {ours['numerics']})")
     print(f"wall time      : {ours['time_s']:.2f} s")
     print(f"input tok/s    : {ours['input_tok_s']:.1f}  ({ours['prompt_tokens']} prompt tokens)")
     print(f"output tok/s   : {ours['output_tok_s']:.1f}  ({ours['completion_tokens']} completion tokens)")

@@ -125,8 +125,8 @@ class QuantLinear(nn.Module):
 
     Contract: ``forward`` takes ``x [..., K]`` in ``act_dtype`` and returns ``[..., N]`` in
     ``act_dtype``, equal to ``F.linear(x, dequantized W, b)`` up to the kernel's rounding (w8a8
-    also rounds ``x`` to int8 per token); with ``in_scale`` the kernel computes on ``W * in_scale``
-    and ``x / in_scale``.  With ``max_m`` set, calls with more than ``max_m``
+    also rounds ``x`` to int8 per token); with ``in_scale`` the kernel computes on
+    ``W * in_scale`` and ``x / in_scale``.  With ``max_m`` set, calls with more than ``max_m``
     rows run ``F.linear`` on the original weight instead (kept in ``act_dtype``).  The kernel
     tensors are plain attributes, not parameters: ``Module.to`` leaves them alone, and the
     layer cannot be trained or moved to another device.

@@ -28,6 +28,9 @@ from radixserve.model.quant import METHODS, QuantLinear, supports
 from radixserve.worker import json_cache
 
 PROBE_M = (1, 2, 4, 8, 16, 64, 256, 1024)  # decode batches ... prefill chunks
+COLD_MAX_M = 64  # up to here weights are timed cold (see time_path)
+COLD_BYTES = 256 << 20
+MAX_COPIES = 32
 DENSE = ("float32", "bfloat16")
 PATHS = DENSE + METHODS
 Shapes = tuple[tuple[int, int], ...]  # (in_features, out_features) of the timed linear layers
@@ -60,7 +63,7 @@ def cpu_signature() -> str:
 
 def cache_key(shapes: Shapes, ms: tuple[int, ...] = PROBE_M) -> str:
     return (f"{cpu_signature()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
-            f"{list(shapes)} | M {list(ms)}")
+            f"{list(shapes)} | M {list(ms)} | cold to M {COLD_MAX_M}")
 
 
 def _layer(path: str, w: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.dtype]:
@@ -74,22 +77,49 @@ def _layer(path: str, w: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.T
     return QuantLinear(w, None, path, torch.bfloat16), torch.bfloat16
 
 
+def _copies(shapes: Shapes) -> int:
+    """How many distinct copies of the layer's weights a cold pass cycles through."""
+    per_copy = 4 * sum(k * n for k, n in shapes)  # fp32 bytes, the largest format
+    return max(1, min(MAX_COPIES, COLD_BYTES // per_copy))
+
+
+def _best(fn: Callable[[], Any], reps: int) -> float:
+    fn()  # warm-up: oneDNN builds its kernel on the first call
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def time_path(path: str, shapes: Shapes, ms: tuple[int, ...] = PROBE_M, reps: int = 3) -> dict[int, float]:
-    """Best-of-``reps`` seconds for one call of ``path`` per shape, summed, for each M."""
-    out = dict.fromkeys(ms, 0.0)
+    """Seconds for one call of ``path`` per shape, summed (a decoder layer), for each M.
+
+    Up to ``COLD_MAX_M`` rows the weights are cold, as in a model's forward: a pass calls every
+    shape of ``_copies`` distinct weight copies (~256 MB of fp32), and the best of ``reps``
+    passes is divided by the copies.  Timing one hot weight instead (it stays in the L2/L3
+    cache) made decode look 2-3x cheaper for bf16 than it is.  Larger M are compute-bound:
+    one copy, best of ``reps`` per shape."""
     gen = torch.Generator().manual_seed(0)
+    copies = _copies(shapes)
+    out: dict[int, float] = {}
     with torch.inference_mode():
-        for k, n in shapes:
-            layer, dtype = _layer(path, torch.randn(n, k, generator=gen) * 0.05)
-            for m in ms:
-                x = torch.randn(m, k, generator=gen).to(dtype)
-                layer(x)  # warm-up: oneDNN builds its kernel on the first call
-                best = float("inf")
-                for _ in range(reps):
-                    t = time.perf_counter()
-                    layer(x)
-                    best = min(best, time.perf_counter() - t)
-                out[m] += best
+        base = [torch.randn(n, k, generator=gen) * 0.05 for k, n in shapes]
+        layers = [[_layer(path, w) for w in base] for _ in range(copies)]
+        xs = {m: [torch.randn(m, k, generator=gen).to(dtype) for (k, _), (_, dtype) in zip(shapes, layers[0])]
+              for m in ms}
+
+        def run(m: int, few: list) -> None:
+            for layer in few:
+                for (fn, _), x in zip(layer, xs[m]):
+                    fn(x)
+
+        for m in ms:
+            if m <= COLD_MAX_M:
+                out[m] = _best(lambda: run(m, layers), reps) / copies
+            else:
+                out[m] = sum(_best(lambda fn=fn, x=x: fn(x), reps) for (fn, _), x in zip(layers[0], xs[m]))
     return out
 
 
