@@ -17,6 +17,7 @@ A *job* is a JSON object: ``single`` (``prompts``: 1 warm-up + r + r distinct pr
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -88,12 +89,18 @@ def run_job(peer: Any, job: dict[str, Any], log: Callable[[str], None] = print) 
     if job.get("warmup"):
         peer.run_batch(job["warmup"], [8] * len(job["warmup"]))
     if job.get("single"):
-        log("  single stream ...")
+        log(f"single stream ... (load average {os.getloadavg()[0]:.2f})")
+        load = os.getloadavg()[0]
         results["single"] = single_stream(peer, job["single"]["prompts"], job["single"]["output_len"])
+        results["single"]["loadavg_1m"] = [load, os.getloadavg()[0]]
+        log(f"  decode {results['single']['decode_tok_s']:.1f} tok/s")
     for name in ("shared_prefix", "sharegpt"):
         if job.get(name):
-            log(f"  {name}: {len(job[name]['prompts'])} requests ...")
+            load = os.getloadavg()[0]
+            log(f"{name}: {len(job[name]['prompts'])} requests ... (load average {load:.2f})")
             results[name] = batch_workload(peer, job[name]["prompts"], job[name]["output_lens"])
+            results[name]["loadavg_1m"] = [load, os.getloadavg()[0]]
+            log(f"  {results[name]['total_tok_s']:.1f} tok/s in {results[name]['time_s']:.2f} s")
     return results
 
 
@@ -107,7 +114,7 @@ def runner_main(make_peer: Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]
         print("bench_peers: " + s.strip(), file=sys.stderr, flush=True)
 
     startup, (peer, info) = timed(lambda: make_peer(job))
-    log(f"  started in {startup:.1f} s (untimed)")
+    log(f"started in {startup:.1f} s (untimed)")
     info["startup_s"] = startup
     results = run_job(peer, job, log=log)
     with open(out_path, "w") as f:

@@ -53,6 +53,11 @@ class LlamaBatchedPeer:
 
     def __init__(self, llama_cpp: Any, model_path: str, n_ctx: int, n_seq: int, cfg: dict[str, Any]) -> None:
         self.lc = llama_cpp
+        try:  # the low-level loader logs every tensor; Llama(verbose=False) silences it the same way
+            from llama_cpp._logger import set_verbose
+            set_verbose(False)
+        except ImportError:
+            pass
         mparams = llama_cpp.llama_model_default_params()
         self.model = llama_cpp.llama_model_load_from_file(model_path.encode(), mparams)
         cparams = llama_cpp.llama_context_default_params()
