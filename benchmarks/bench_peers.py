@@ -80,7 +80,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--vllm-python", default=None, help=f"default ${VLLM.env_var} or {VLLM.default_python}")
     p.add_argument("--vllm-dtypes", default="float32,bfloat16", help="one vLLM run per dtype")
     p.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra vllm.LLM keyword; omp=iomp|gomp picks the preloaded OpenMP runtime")
+                   help="extra vllm.LLM keyword; omp=iomp|gomp picks the preloaded OpenMP runtime (default iomp)")
     p.add_argument("--gemm-m", type=int, default=1024, help="rows of the peak-GEMM matmuls")
     p.add_argument("--log-dir", default="/tmp", help="where the peer subprocesses' full logs go")
     p.add_argument("--json-out", default=None, metavar="PATH")
@@ -161,7 +161,7 @@ def subprocess_peers(args: argparse.Namespace, gguf: Optional[str]) -> list[tupl
             runs.append((f"llama.cpp {quant} {mode[:3]}", LLAMA, {**parse_kv(args.llama_arg), "mode": mode}))
     if "vllm" not in args.skip:
         vopts = parse_kv(args.vllm_arg)
-        omp = vopts.pop("omp", "gomp")  # the OpenMP runtime the runner preloads, not an LLM keyword
+        omp = vopts.pop("omp", "iomp")  # the OpenMP runtime the runner preloads, not an LLM keyword
         for dt in [d.strip() for d in args.vllm_dtypes.split(",") if d.strip()]:
             runs.append((f"vLLM {dt.replace('bfloat16', 'bf16').replace('float32', 'fp32')}", VLLM,
                          {"dtype": dt, "omp": omp, "llm_kwargs": vopts}))

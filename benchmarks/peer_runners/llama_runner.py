@@ -12,7 +12,8 @@ request (llama.cpp reports no hit rate itself).
 
 Options (``job["options"]``): ``mode`` (``sequential``, the default, as above; ``batched``:
 every request of a batch decoded together, see llama_batched.py), ``n_threads`` (default 2),
-``n_batch`` / ``n_ubatch`` (tokens per decode call, default 512), ``flash_attn`` (default False).
+``n_batch`` / ``n_ubatch`` (tokens per decode call, default 512), ``flash_attn`` (default True:
+the same speed sequentially, 1.44x on the batched shared-prefix workload, 712 vs 495 tok/s).
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def make_peer(job: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     opts = job.get("options", {})
     cfg = {"mode": opts.get("mode", "sequential"), "n_threads": int(opts.get("n_threads", 2)),
            "n_batch": int(opts.get("n_batch", 512)), "n_ubatch": int(opts.get("n_ubatch", opts.get("n_batch", 512))),
-           "flash_attn": bool(opts.get("flash_attn", False))}
+           "flash_attn": bool(opts.get("flash_attn", True))}
     info = {"peer": "llama.cpp", "version": llama_cpp.__version__,
             "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(), **cfg}
     if cfg["mode"] == "batched":
