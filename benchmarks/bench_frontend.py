@@ -31,7 +31,7 @@ import time
 import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serving import iter_json_array, sharegpt_path  # noqa: E402
+from workloads import iter_json_array, sharegpt_path  # noqa: E402
 from report import write_json  # noqa: E402
 
 from frontend_lang import RuntimeEndpoint, assistant, function, gen, select, system, user  # noqa: E402

@@ -28,25 +28,24 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import time
+import os
+import sys
 from typing import Any
 
-import numpy as np
-import torch
-from tqdm import tqdm
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_baseline import HFPeer  # noqa: E402
+from peer_runners.common import batch_workload  # noqa: E402
+from radix_peer import RadixPeer  # noqa: E402
+from workloads import add_shared_prefix_args, random_prompts, shared_prefix_prompts  # noqa: E402
 
-from radixserve import Engine
+from radixserve import Engine  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="HF directory or .gguf (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--groups", type=int, default=16)
-    p.add_argument("--prompts-per-group", type=int, default=8)
-    p.add_argument("--system-len", type=int, default=512)
-    p.add_argument("--question-len", type=int, default=64)
-    p.add_argument("--output-len", type=int, default=64)
+    add_shared_prefix_args(p)
     p.add_argument("--dtype", default="auto", help="our engine's dtype (the HF baseline is always fp32)")
     p.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "w8a8", "int4"],
                    help="our engine's linear layers (auto: chosen with --dtype auto by measurement)")
@@ -67,29 +66,12 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def make_workload(args: argparse.Namespace, vocab: int) -> list[list[int]]:
-    """Group-major list of prompts: system prompt of the group + the prompt's own question."""
-    rng = np.random.default_rng(args.seed)
-    lo, hi = 100, vocab - 100
-    prompts = []
-    for _ in range(args.groups):
-        system = rng.integers(lo, hi, args.system_len).tolist()
-        for _ in range(args.prompts_per_group):
-            prompts.append(system + rng.integers(lo, hi, args.question_len).tolist())
-    return prompts
-
-
 def default_pool(args: argparse.Namespace, n: int) -> int:
     """Slots for every token of the workload (shared system prompts stored once with the radix
     cache, n times without), plus 10% headroom."""
     per_req = args.question_len + args.output_len
     need = n * (args.system_len + per_req) if args.disable_radix_cache else args.groups * args.system_len + n * per_req
     return int(need * 1.1) + 256
-
-
-def rates(n_in: int, n_out: int, secs: float) -> dict[str, float]:
-    return {"time_s": secs, "input_tok_s": n_in / secs, "output_tok_s": n_out / secs,
-            "total_tok_s": (n_in + n_out) / secs}
 
 
 def run_ours(args: argparse.Namespace) -> tuple[dict[str, Any], list[list[int]], list[list[int]], str]:
@@ -105,62 +87,32 @@ def run_ours(args: argparse.Namespace) -> tuple[dict[str, Any], list[list[int]],
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(engine.model_path).vocab_size
-    prompts = make_workload(args, vocab)
-    sp = {"max_new_tokens": args.output_len, "ignore_eos": True, "temperature": 0}
-
-    warm_rng = np.random.default_rng(args.seed + 12345)  # unrelated to the workload's ids
-    warm = [warm_rng.integers(100, vocab - 100, 48).tolist() for _ in range(4)]
-    engine.generate(input_ids=warm, sampling_params={**sp, "max_new_tokens": 8})
-    if not engine.flush_cache():
-        raise RuntimeError("flush_cache() refused after the warm-up")
-
-    t0 = time.perf_counter()
-    outs = engine.generate(input_ids=prompts, sampling_params=sp)
-    secs = time.perf_counter() - t0
-    n_in = sum(o["meta_info"]["prompt_tokens"] for o in outs)
-    n_out = sum(o["meta_info"]["completion_tokens"] for o in outs)
-    cached = sum(o["meta_info"]["cached_tokens"] for o in outs)
+    prompts = shared_prefix_prompts(args.groups, args.prompts_per_group, args.system_len, args.question_len,
+                                    vocab, args.seed)
+    peer = RadixPeer(engine)
+    peer.run_batch(random_prompts(4, 48, vocab, args.seed + 12345), [8] * 4)  # warm-up, unrelated ids
+    res = batch_workload(peer, prompts, [args.output_len] * n)  # flushes the cache first
+    outs = res.pop("outputs")
+    del res["cached_per_request"], res["requests"]
     stats = engine.stats()
-    res = {**rates(n_in, n_out, secs), "prompt_tokens": n_in, "completion_tokens": n_out,
-           "cached_tokens": cached, "hit_rate": cached / max(1, n_in), "max_total_tokens": kwargs["max_total_tokens"],
-           "retractions": stats.get("retractions"), "evicted_tokens": stats.get("evicted_tokens")}
-    res["numerics"] = engine.runner.numerics.describe()
+    res.update(max_total_tokens=kwargs["max_total_tokens"], retractions=stats.get("retractions"),
+               evicted_tokens=stats.get("evicted_tokens"), numerics=engine.runner.numerics.describe())
     model_path = engine.model_path
     del engine
     gc.collect()
-    return res, prompts, [o["output_ids"] for o in outs], model_path
+    return res, prompts, outs, model_path
 
 
 def run_hf(args: argparse.Namespace, model_path: str, prompts: list[list[int]],
            ours_out: list[list[int]]) -> dict[str, Any]:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    gen = {"do_sample": False, "max_new_tokens": args.output_len, "min_new_tokens": args.output_len,
-           "pad_token_id": model.config.eos_token_id if model.config.pad_token_id is None else model.config.pad_token_id}
-    # All prompts have the same length, so a batch is a plain tensor: no padding is needed.
-    batches = [prompts[i: i + args.hf_batch_size] for i in range(0, len(prompts), args.hf_batch_size)]
-    todo = batches[: args.hf_max_batches] if args.hf_max_batches else batches
-    with torch.inference_mode():
-        warm = torch.tensor([batches[0][0][:32]])
-        model.generate(warm, attention_mask=torch.ones_like(warm), **{**gen, "max_new_tokens": 4,
-                                                                        "min_new_tokens": 4})
-        secs, same, n_done = 0.0, 0, 0
-        for batch in tqdm(todo, desc="HF generate", unit="batch"):
-            ids = torch.tensor(batch)
-            t0 = time.perf_counter()
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), **gen)
-            secs += time.perf_counter() - t0
-            for row in out[:, ids.shape[1]:].tolist():
-                same += row == ours_out[n_done]
-                n_done += 1
-    full = secs * len(batches) / len(todo)
-    n_in = sum(len(p) for p in prompts)
-    res = {**rates(n_in, len(prompts) * args.output_len, full), "measured_time_s": secs,
-           "batches_timed": len(todo), "batches_total": len(batches), "extrapolated": len(todo) < len(batches),
-           "greedy_identical": same, "greedy_compared": n_done}
-    del model
-    gc.collect()
+    """HF ``generate`` (hf_baseline.py) on the same prompts; counts outputs identical to ours."""
+    peer = HFPeer(model_path, args.hf_batch_size, args.hf_max_batches)
+    peer.generate_one(prompts[0][:32], 4)  # warm-up
+    res = batch_workload(peer, prompts, [args.output_len] * len(prompts))
+    n_done = res["requests_run"]
+    res["greedy_identical"] = sum(a == b for a, b in zip(res.pop("outputs")[:n_done], ours_out))
+    res["greedy_compared"] = n_done
+    peer.close()
     return res
 
 

