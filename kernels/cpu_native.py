@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
 SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp"))
+HEADERS = (os.path.join(SOURCE_DIR, "common.h"),)
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -57,7 +58,7 @@ def _build() -> str:
     if shutil.which(cxx) is None:
         raise RuntimeError(f"no C++ compiler ({cxx!r} not found; set CXX)")
     source = b""
-    for path in SOURCES:
+    for path in SOURCES + HEADERS:
         with open(path, "rb") as f:
             source += f.read()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout

@@ -30,5 +30,6 @@ def test_wheel_ships_the_cpu_kernel_source(tmp_path):
                     str(tmp_path), str(root)], check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("radixserve-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "radixserve/kernels/cpu/paged_attention.cpp" in names
+    assert {"radixserve/kernels/cpu/paged_attention.cpp", "radixserve/kernels/cpu/fused_ops.cpp",
+            "radixserve/kernels/cpu/common.h"} <= set(names)
     assert "radixserve/kernels/cpu_native.py" in names

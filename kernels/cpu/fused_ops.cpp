@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "common.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,42 +14,14 @@
 
 namespace {
 
-inline float to_f(float x) { return x; }
-inline float to_f(uint16_t x) {
-  uint32_t u = uint32_t(x) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline void from_f(float* p, float x) { *p = x; }
-inline void from_f(uint16_t* p, float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  *p = uint16_t(u >> 16);
-}
+using radixserve_cpu::exp_approx;
+using radixserve_cpu::from_f;
+using radixserve_cpu::to_f;
 inline float round_as(float x, float*) { return x; }
-inline float round_as(float x, uint16_t*) {
+inline float round_as(float x, uint16_t*) {  // the value as the output dtype stores it
   uint16_t b;
   from_f(&b, x);
   return to_f(b);
-}
-
-inline float exp_approx(float x) {  // branch-free, vectorizable, ~2 ulp on [-87, 88]
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = (int32_t(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
 }
 
 template <typename T>

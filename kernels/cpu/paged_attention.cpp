@@ -14,6 +14,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "common.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -28,38 +30,9 @@ constexpr int KB = 32;        // keys per tile
 constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV head) per task
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 
-inline float to_f(float x) { return x; }
-inline float to_f(uint16_t x) {
-  uint32_t u = uint32_t(x) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline void from_f(float* p, float x) { *p = x; }
-inline void from_f(uint16_t* p, float x) {  // round to nearest even, as torch does
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  *p = uint16_t(u >> 16);
-}
-
-// exp(x) for x <= 0 to ~2 ulp, branch-free so that loops over it vectorize; -inf -> ~1e-38.
-inline float exp_le0(float x) {
-  x = std::max(x, -87.0f);
-  float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = (int32_t(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
-}
+using radixserve_cpu::from_f;
+using radixserve_cpu::to_f;
+inline float exp_le0(float x) { return radixserve_cpu::exp_approx(x); }  // x <= 0 here
 
 // 16 floats: one AVX-512 register, two AVX2 registers (GCC lowers the vector type to the ISA).
 typedef float v16 __attribute__((vector_size(64)));
