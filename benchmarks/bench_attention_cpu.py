@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 
 import torch
 
@@ -24,6 +23,7 @@ from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.utils import tune_malloc
+from radixserve.worker.kernel_timing import best_time
 
 
 def make_batch(bsz: int, groups: int, prefix: int, suffix: int, new: int, shared: bool, slots: int) -> ForwardBatch:
@@ -52,19 +52,9 @@ def make_batch(bsz: int, groups: int, prefix: int, suffix: int, new: int, shared
                         ext.tolist())
 
 
-def timed(fn, iters: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(iters):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def read_bandwidth() -> float:
     x = torch.ones(1 << 28)  # 1 GiB of fp32
-    return x.numel() * 4 / timed(lambda: x.sum(), 5) / 1e9
+    return x.numel() * 4 / best_time(lambda: x.sum(), 5) / 1e9
 
 
 def main() -> None:
@@ -104,7 +94,7 @@ def main() -> None:
                 for name, cls in (("native", CpuBackend), ("torch", TorchNativeBackend)):
                     be = cls(pool)
                     be.init_forward_metadata(batch)
-                    res[name] = timed(lambda: be.attend(q, None, None, 0, args.head_dim ** -0.5, batch), args.iters)
+                    res[name] = best_time(lambda: be.attend(q, None, None, 0, args.head_dim ** -0.5, batch), args.iters)
                 distinct = (groups * args.prefix if shared else bsz * args.prefix) + bsz * (args.suffix + new)
                 gbs = distinct * 2 * args.kv_heads * args.head_dim * elem / res["native"] / 1e9
                 print(f"{'decode' if new == 1 else 'extend':>7} {bsz:>5} {str(shared):>6} {res['native'] * 1e6:>10.0f} "

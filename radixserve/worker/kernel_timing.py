@@ -83,7 +83,8 @@ def _copies(shapes: Shapes) -> int:
     return max(1, min(MAX_COPIES, COLD_BYTES // per_copy))
 
 
-def _best(fn: Callable[[], Any], reps: int) -> float:
+def best_time(fn: Callable[[], Any], reps: int) -> float:
+    """Seconds of the fastest of ``reps`` calls, after one warm-up call."""
     fn()  # warm-up: oneDNN builds its kernel on the first call
     best = float("inf")
     for _ in range(reps):
@@ -117,9 +118,9 @@ def time_path(path: str, shapes: Shapes, ms: tuple[int, ...] = PROBE_M, reps: in
 
         for m in ms:
             if m <= COLD_MAX_M:
-                out[m] = _best(lambda: run(m, layers), reps) / copies
+                out[m] = best_time(lambda: run(m, layers), reps) / copies
             else:
-                out[m] = sum(_best(lambda fn=fn, x=x: fn(x), reps) for (fn, _), x in zip(layers[0], xs[m]))
+                out[m] = sum(best_time(lambda fn=fn, x=x: fn(x), reps) for (fn, _), x in zip(layers[0], xs[m]))
     return out
 
 
