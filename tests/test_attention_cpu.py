@@ -21,6 +21,8 @@ from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 
+from attention_reference import attention_reference
+
 pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: the fallback test covers this")
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
@@ -78,18 +80,7 @@ def make_case(seed: int, mode: ForwardMode, heads: int, kv_heads: int, d: int, d
 
 def reference(q, pool, rows, prefix_lens, ext_lens, scaling):
     """Per-request dense attention in fp64 over the pool's values."""
-    outs, off = [], 0
-    h = q.shape[1]
-    for r, p, n in zip(rows, prefix_lens, ext_lens):
-        k = pool.k_buffer[0][r[: p + n]].double()
-        v = pool.v_buffer[0][r[: p + n]].double()
-        rep = h // k.shape[1]
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        s = torch.einsum("qhd,khd->hqk", q[off: off + n].double(), k) * scaling
-        causal = torch.arange(p + n).unsqueeze(0) <= (p + torch.arange(n)).unsqueeze(1)
-        outs.append(torch.einsum("hqk,khd->qhd", s.masked_fill(~causal, float("-inf")).softmax(-1), v))
-        off += n
-    return torch.cat(outs)
+    return attention_reference(q, pool, rows, prefix_lens, ext_lens, scaling, torch.float64)
 
 
 def run_cpu(pool, batch, q):

@@ -11,22 +11,7 @@ from radixserve.attention.base import ForwardBatch, ForwardMode
 from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.mem_cache.kv_pool import KVPool
 
-
-def _reference(q, pool, rows, prefix_lens, ext_lens, scaling):
-    outs, off = [], 0
-    h = q.shape[1]
-    for r, p, n in zip(rows, prefix_lens, ext_lens):
-        k = pool.k_buffer[0][r[: p + n]].float()
-        v = pool.v_buffer[0][r[: p + n]].float()
-        rep = h // k.shape[1]
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        qi = q[off: off + n].float()
-        s = torch.einsum("qhd,khd->hqk", qi, k) * scaling
-        causal = torch.arange(p + n).unsqueeze(0) <= (p + torch.arange(n)).unsqueeze(1)
-        s = s.masked_fill(~causal, float("-inf"))
-        outs.append(torch.einsum("hqk,khd->qhd", s.softmax(-1), v))
-        off += n
-    return torch.cat(outs)
+from attention_reference import attention_reference
 
 
 @pytest.mark.parametrize("mode", [ForwardMode.EXTEND, ForwardMode.DECODE])
@@ -71,7 +56,7 @@ def test_cascade_matches_plain_and_reference(mode, heads, kv_heads):
         backend.init_forward_metadata(batch)
         assert any(b.cascade is not None for b in batch.attn_metadata) == use
         outs[use] = backend.forward(q, k_new, v_new, 0, d ** -0.5, batch)
-    ref = _reference(q, pool, rows, prefix_lens, ext_lens, d ** -0.5)
+    ref = attention_reference(q, pool, rows, prefix_lens, ext_lens, d ** -0.5)
     assert torch.allclose(outs[True], ref, atol=1e-5), "cascade vs reference (atol 1e-5)"
     assert torch.allclose(outs[False], ref, atol=1e-5), "plain vs reference (atol 1e-5)"
 

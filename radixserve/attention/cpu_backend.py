@@ -32,12 +32,11 @@ class CpuBackend(AttentionBackend):
         if not available(kv_pool):
             raise RuntimeError("attention_backend: the cpu backend needs a CPU pool in float32 or bfloat16 and a "
                                "C++ compiler (see the log for the build error)")
-        self.num_heads = 0  # set by the first attend(): the pool does not know the query heads
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         seq_lens = np.asarray(batch.seq_lens_cpu, dtype=np.int64)
         ext_lens = np.asarray(batch.extend_seq_lens_cpu, dtype=np.int64)
-        start_loc = np.concatenate(([0], np.cumsum(ext_lens)[:-1])).astype(np.int64)
+        start_loc = batch.extend_start_loc.numpy()
         req_rows = batch.req_pool_indices.numpy()
         table = batch.req_to_token.numpy()
         width = int(seq_lens.max()) if len(seq_lens) else 0
@@ -45,6 +44,7 @@ class CpuBackend(AttentionBackend):
         batch.attn_metadata = (rows, req_rows, seq_lens, ext_lens, start_loc)
 
     def _plan(self, batch: ForwardBatch, heads_per_kv: int):
+        """The step's plan, built on the first layer (the query head count comes with q)."""
         meta = batch.attn_metadata
         if not isinstance(meta, tuple):
             return meta
