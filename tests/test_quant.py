@@ -11,6 +11,7 @@ from torch import nn
 
 from radixserve import cli
 from radixserve.config import EngineConfig, ModelConfig
+from radixserve.kernels import cpu_native
 from radixserve.model import calibration, quant
 from radixserve.model.quant import (METHODS, QuantLinear, dequantize_int4, dequantize_int8, fake_quantize,
                                     quantize_int4, quantize_int8, quantize_linears, search_in_scale, supports)
@@ -150,10 +151,101 @@ def test_engine_serves_a_quantized_model(tiny_dir, monkeypatch, tmp_path, method
     eng = make_engine(tiny_dir, dtype="bfloat16", quantization=method, max_total_tokens=512)
     assert eng.runner.numerics.quantization == method and eng.info.quantization == method
     layers = [m for m in eng.runner.model.modules() if isinstance(m, QuantLinear)]
+    # 8 decoder linears, plus the int8 LM head of the weight-only methods (quantize_lm_head)
     assert len(layers) == 8 and all(m.method == method for m in layers)
+    assert (eng.runner.model.lm_head_quant is not None) == (method != "w8a8" and cpu_native.load())
     assert list((tmp_path / "quant_scales").glob(f"*-{method}-v*.pt"))
     sp = {"max_new_tokens": 8, "temperature": 0}
     a = eng.generate(input_ids=[5, 17, 300, 42], sampling_params=sp)["output_ids"]
     b = eng.generate(input_ids=[5, 17, 300, 42], sampling_params=sp)["output_ids"]
     assert len(a) == 8 and a == b
     eng.check_invariants()
+
+
+native = pytest.mark.skipif(not cpu_native.load(), reason="native CPU kernels did not build")
+
+
+@native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])
+@pytest.mark.parametrize("n,k", [(96, 64), (61, 576), (8, 48)])  # K % 64 != 0 runs the fp32 product
+def test_native_int8_linear_matches_the_dequantized_product(dtype, m, n, k):
+    gen = torch.Generator().manual_seed(m * 1000 + n + k)
+    w = torch.randn(n, k, generator=gen) * 0.05
+    x = torch.randn(m, k, generator=gen)
+    x[:, 3] = 40.0  # an outlier channel: its group's int16 scale is coarse, the rest are not
+    q, scale = quantize_int8(w)
+    y = torch.ops.radixserve_cpu.int8_linear(x.to(dtype), q, scale)
+    assert y.dtype == dtype and y.shape == (m, n)
+    xr, wd = x.to(dtype).float(), dequantize_int8(q, scale)
+    ref = F.linear(xr, wd)
+    # the int16 rounding of x (per group of 64 inputs, where K % 64 == 0) moves y by at most
+    # sum over groups of (max|x| in the group / 32767 / 2) * sum |w| over the group
+    groups = k // 64 if k % 64 == 0 else 0
+    bound = torch.zeros(m, n)
+    for g in range(groups):
+        step = xr[:, 64 * g: 64 * (g + 1)].abs().amax(1, keepdim=True) / 32767 / 2
+        bound += step * wd[:, 64 * g: 64 * (g + 1)].abs().sum(1)[None, :]
+    slack = 1e-5 * float(ref.abs().max()) if dtype == torch.float32 else 8e-3 * ref.abs()  # output rounding
+    assert bool(((y.float() - ref).abs() <= bound + slack + 1e-6).all())
+    # one wrong weight must show: the check is tight enough to catch a kernel that skips a column
+    q_bad = q.clone()
+    q_bad[:, -1] = 0
+    bad = torch.ops.radixserve_cpu.int8_linear(x.to(dtype), q_bad, scale)
+    assert not bool(((bad.float() - ref).abs() <= bound + slack + 1e-6).all())
+
+
+@native
+def test_native_int8_linear_rejects_bad_shapes():
+    q, scale = quantize_int8(torch.randn(16, 64))
+    with pytest.raises(RuntimeError, match="K must match"):
+        torch.ops.radixserve_cpu.int8_linear(torch.randn(2, 32), q, scale)
+    with pytest.raises(RuntimeError, match="fp32 \\[N\\] scale"):
+        torch.ops.radixserve_cpu.int8_linear(torch.randn(2, 64), q, scale[:8].contiguous())
+    assert QuantLinear(W, None, "int8", torch.bfloat16).native
+
+
+def test_int8_without_the_native_library_uses_torchs_kernel(monkeypatch):
+    x = torch.randn(3, 64).bfloat16()
+    monkeypatch.setattr(cpu_native, "load", lambda: False)
+    layer = QuantLinear(W, B, "int8", torch.bfloat16)
+    assert not layer.native
+    ref = F.linear(x.float(), fake_quantize("int8", W), B)
+    assert (layer(x).float() - ref).abs().max() <= 0.03 * ref.abs().max()
+
+
+@native
+def test_quantize_lm_head_for_weight_only_methods(tiny_dir):
+    from radixserve.model import loader
+    from radixserve.model.quant_head import dequantize_int8_grouped, quantize_lm_head
+
+    model = loader.load_model(loader.load_config(tiny_dir), tiny_dir, torch.float32, torch.device("cpu"), 64)
+    assert not quantize_lm_head(model, "w8a8") and model.lm_head_quant is None
+    assert quantize_lm_head(model, "int4")
+    head = model.lm_head_quant
+    assert (head.out_features, head.in_features) == tuple(model.lm_head_weight().shape)
+    x = torch.randn(3, head.in_features)
+    ref = F.linear(x, dequantize_int8_grouped(head.q, head.scale))
+    assert torch.allclose(head(x), ref, atol=1e-3 * float(ref.abs().max()))
+
+
+@native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,k", [(1, 576), (5, 64), (2, 96)])  # K % 64 != 0 runs the fp32 product
+def test_native_int8_linear_with_grouped_scales(dtype, m, k):
+    from radixserve.model.quant_head import dequantize_int8_grouped, quantize_int8_grouped
+
+    gen = torch.Generator().manual_seed(k + m)
+    w = torch.randn(37, k, generator=gen) * torch.rand(1, k, generator=gen)  # scales differ by group
+    x = torch.randn(m, k, generator=gen)
+    q, scale = quantize_int8_grouped(w)
+    y = torch.ops.radixserve_cpu.int8_linear(x.to(dtype), q, scale).float()
+    ref = F.linear(x.to(dtype).float(), dequantize_int8_grouped(q, scale))
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-4  # int16 rounding of x (bounded above) and output rounding
+    assert float((y - ref).abs().max()) <= tol * float(ref.abs().max())
+    wrong = scale.clone()
+    wrong[:, -1] *= 2  # one group's scale ignored or misapplied must show
+    bad = torch.ops.radixserve_cpu.int8_linear(x.to(dtype), q, wrong).float()
+    assert float((bad - ref).abs().max()) > tol * float(ref.abs().max())
+    with pytest.raises(RuntimeError, match="K / 32"):
+        torch.ops.radixserve_cpu.int8_linear(x.to(dtype), q, scale[:, :-1].contiguous())

@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include "common.h"
+#include "vec.h"
 
 #include <algorithm>
 #include <atomic>
@@ -31,36 +32,14 @@ constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV he
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 
 using radixserve_cpu::from_f;
+using radixserve_cpu::hsum;
+using radixserve_cpu::i32x16;
+using radixserve_cpu::load16;
+using radixserve_cpu::v16;
+using radixserve_cpu::vload;
+using radixserve_cpu::vstore;
 using radixserve_cpu::to_f;
 inline float exp_le0(float x) { return radixserve_cpu::exp_approx(x); }  // x <= 0 here
-
-// 16 floats: one AVX-512 register, two AVX2 registers (GCC lowers the vector type to the ISA).
-typedef float v16 __attribute__((vector_size(64)));
-inline v16 vload(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void vstore(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-inline v16 load16(const float* p) { return vload(p); }
-inline v16 load16(const uint16_t* p) {  // 16 bf16 -> 16 fp32
-  u16x16 h;
-  std::memcpy(&h, p, sizeof(h));
-  const u32x16 w = __builtin_convertvector(h, u32x16) << 16;
-  v16 f;
-  std::memcpy(&f, &w, sizeof(f));
-  return f;
-}
-inline float hsum(v16 v) {
-  typedef float v8 __attribute__((vector_size(32)));
-  typedef float v4 __attribute__((vector_size(16)));
-  const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (b[0] + b[2]) + (b[1] + b[3]);
-}
 
 struct Args {
   const void* q;
@@ -126,7 +105,6 @@ inline float softmax_step(float* s, int64_t lim, float& m, float& l) {
 }
 
 // Vector forms of exp_le0 and of softmax_step for a 32-key tile held in two registers.
-typedef int32_t i32x16 __attribute__((vector_size(64)));
 inline v16 vexp_le0(v16 x) {
   const v16 lo = v16{} - 87.0f;
   x = x < lo ? lo : x;

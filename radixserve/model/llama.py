@@ -6,7 +6,7 @@ checkpoints load directly (q/k/v and gate/up are fused at load time).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +81,9 @@ class LlamaForCausalLM(nn.Module):
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if not self.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # a quantized LM head for calls of at most lm_head_max_m rows (model/quant.py)
+        self.lm_head_quant: Optional[nn.Module] = None
+        self.lm_head_max_m: Optional[int] = None
 
     def lm_head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
@@ -94,6 +97,8 @@ class LlamaForCausalLM(nn.Module):
             x = self.norm(x.index_select(0, logit_rows))
         else:
             x, _ = self.norm.add_forward(x.index_select(0, logit_rows), residual.index_select(0, logit_rows))
+        if self.lm_head_quant is not None and (self.lm_head_max_m is None or x.shape[0] <= self.lm_head_max_m):
+            return self.lm_head_quant(x).float()
         return F.linear(x, self.lm_head_weight()).float()
 
     # ------------------------------------------------------------------ weights

@@ -133,9 +133,12 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
     if quantization != "none":
         from radixserve.model.calibration import cached_input_scales
         from radixserve.model.quant import quantize_linears
+        from radixserve.model.quant_head import quantize_lm_head
 
         scales = cached_input_scales(model, hf_dir, quantization, cache_root())
         quantize_linears(model, quantization, dtype, max_m, scales)
+        if quantize_lm_head(model, quantization):
+            model.lm_head_max_m = max_m
         model.to(dtype)
     model.rotary.cos, model.rotary.sin = model.rotary.cos.float(), model.rotary.sin.float()
     return model.eval()

@@ -24,13 +24,14 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from radixserve.model.quant import METHODS, QuantLinear, supports
+from radixserve.kernels import cpu_native
+from radixserve.model.quant import FORMAT_VERSION, METHODS, QuantLinear, supports
 from radixserve.worker import json_cache
 
 PROBE_M = (1, 2, 4, 8, 16, 64, 256, 1024)  # decode batches ... prefill chunks
 COLD_MAX_M = 64  # up to here weights are timed cold (see time_path)
-COLD_BYTES = 256 << 20
-MAX_COPIES = 32
+COLD_BYTES = 1 << 30  # fp32 bytes of weight copies a cold pass may allocate
+MAX_COPIES = 64
 DENSE = ("float32", "bfloat16")
 PATHS = DENSE + METHODS
 Shapes = tuple[tuple[int, int], ...]  # (in_features, out_features) of the timed linear layers
@@ -61,9 +62,11 @@ def cpu_signature() -> str:
     return f"{model} | flags {hashlib.sha1(flags.encode()).hexdigest()[:12]}"
 
 
-def cache_key(shapes: Shapes, ms: tuple[int, ...] = PROBE_M) -> str:
+def cache_key(shapes: Shapes, ms: tuple[int, ...] = PROBE_M, copies: Optional[int] = None) -> str:
+    kernels = f"native kernels v{FORMAT_VERSION}" if cpu_native.load() else "torch kernels"
     return (f"{cpu_signature()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
-            f"{list(shapes)} | M {list(ms)} | cold to M {COLD_MAX_M}")
+            f"{list(shapes)} | M {list(ms)} | cold to M {COLD_MAX_M} over {copies or cold_copies(shapes)} copies | "
+            f"{kernels}")
 
 
 def _layer(path: str, w: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.dtype]:
@@ -77,10 +80,14 @@ def _layer(path: str, w: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.T
     return QuantLinear(w, None, path, torch.bfloat16), torch.bfloat16
 
 
-def _copies(shapes: Shapes) -> int:
-    """How many distinct copies of the layer's weights a cold pass cycles through."""
+def cold_copies(shapes: Shapes, num_layers: int = MAX_COPIES) -> int:
+    """How many distinct copies of the layer's weights a cold pass cycles through: one per
+    decoder layer of the model, so that each format's pass moves as many bytes as the model's
+    forward does (fewer copies let int8 weights stay in the L3 cache when the model's do not,
+    and made int8 look faster than int4 at one row while it ran 15% slower end to end);
+    at most ``COLD_BYTES`` of fp32 copies."""
     per_copy = 4 * sum(k * n for k, n in shapes)  # fp32 bytes, the largest format
-    return max(1, min(MAX_COPIES, COLD_BYTES // per_copy))
+    return max(1, min(num_layers, MAX_COPIES, COLD_BYTES // per_copy))
 
 
 def best_time(fn: Callable[[], Any], reps: int) -> float:
@@ -94,16 +101,17 @@ def best_time(fn: Callable[[], Any], reps: int) -> float:
     return best
 
 
-def time_path(path: str, shapes: Shapes, ms: tuple[int, ...] = PROBE_M, reps: int = 3) -> dict[int, float]:
+def time_path(path: str, shapes: Shapes, ms: tuple[int, ...] = PROBE_M, reps: int = 3,
+              copies: Optional[int] = None) -> dict[int, float]:
     """Seconds for one call of ``path`` per shape, summed (a decoder layer), for each M.
 
     Up to ``COLD_MAX_M`` rows the weights are cold, as in a model's forward: a pass calls every
-    shape of ``_copies`` distinct weight copies (~256 MB of fp32), and the best of ``reps``
-    passes is divided by the copies.  Timing one hot weight instead (it stays in the L2/L3
+    shape of ``copies`` distinct weight copies (default ``cold_copies(shapes)``), and the best
+    of ``reps`` passes is divided by the copies.  Timing one hot weight instead (it stays in the L2/L3
     cache) made decode look 2-3x cheaper for bf16 than it is.  Larger M are compute-bound:
     one copy, best of ``reps`` per shape."""
     gen = torch.Generator().manual_seed(0)
-    copies = _copies(shapes)
+    copies = copies or cold_copies(shapes)
     out: dict[int, float] = {}
     with torch.inference_mode():
         base = [torch.randn(n, k, generator=gen) * 0.05 for k, n in shapes]
@@ -129,11 +137,12 @@ def _valid(entry: Any, ms: tuple[int, ...]) -> bool:
 
 
 def measured_timings(shapes: Shapes, paths: tuple[str, ...], cache_path: Optional[str],
-                     timer: Timer = time_path, ms: tuple[int, ...] = PROBE_M) -> tuple[Timings, bool]:
+                     timer: Timer = time_path, ms: tuple[int, ...] = PROBE_M,
+                     copies: Optional[int] = None) -> tuple[Timings, bool]:
     """(timings of ``paths`` on these shapes, whether all came from the cache).  Paths missing
     from the cache are measured with ``timer`` and added to it; a cache that cannot be read or
     written never fails the caller."""
-    key = cache_key(shapes, ms)
+    key = cache_key(shapes, ms, copies)
     cache = json_cache.load(cache_path)
     entry = cache.get(key) if isinstance(cache.get(key), dict) else {}
     stored = entry.get("timings") if isinstance(entry.get("timings"), dict) else {}

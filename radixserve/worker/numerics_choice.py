@@ -26,6 +26,7 @@ One log line gives the choice, every timing and the agreement rates it checked.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -37,8 +38,8 @@ from radixserve.config import ModelConfig
 from radixserve.model import loader
 from radixserve.model.quant import METHODS
 from radixserve.worker import quant_accuracy
-from radixserve.worker.kernel_timing import DENSE, PATHS, Timer, Timings, cache_key, linear_shapes, measured_timings, \
-    time_path
+from radixserve.worker.kernel_timing import DENSE, PATHS, Timer, Timings, cache_key, cold_copies, linear_shapes, \
+    measured_timings, time_path
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +131,11 @@ def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir
         return Numerics(dtype)
     paths = DENSE if q == "none" else PATHS
     shapes = linear_shapes(config)
+    copies = cold_copies(shapes, int(getattr(config, "num_hidden_layers", 1)))  # the model's footprint
+    if timer is time_path:
+        timer = functools.partial(time_path, copies=copies)
     timings, cached = measured_timings(shapes, paths, os.path.join(loader.cache_root(), "kernel_timings.json"),
-                                       timer)
+                                       timer, copies=copies)
     if verify is None:
         acc_path = os.path.join(loader.cache_root(), "quant_accuracy.json")
         verify = lambda method: quant_accuracy.verified_agreement(hf_dir, config, method, acc_path)  # noqa: E731
@@ -142,5 +146,5 @@ def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir
                         for m, (r, n) in rates.items()) or "none needed"
     logger.info("numerics auto: %s | us per call (sum over %d shapes) by M: %s | argmax agreement with fp32, "
                 "bar %.2f: %s | %s timings, %s", choice.describe(), len(shapes), table, quant_accuracy.BAR, checked,
-                "cached" if cached else "measured", cache_key(shapes))
+                "cached" if cached else "measured", cache_key(shapes, copies=copies))
     return choice

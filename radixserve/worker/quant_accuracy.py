@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from radixserve.model import calibration, loader
+from radixserve.model import calibration, loader, quant
 from radixserve.worker import json_cache
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,8 @@ def measure_agreement(hf_dir: str, config: Any, method: str) -> tuple[float, int
 def verified_agreement(hf_dir: str, config: Any, method: str, cache_path: Optional[str],
                        measure: Callable[[str, Any, str], tuple[float, int]] = measure_agreement) -> tuple[float, int]:
     """(``method``'s agreement rate for this model, positions): cached, else measured and cached."""
-    key = (f"{calibration.model_fingerprint(hf_dir)} | {method} | calibration v{calibration.CALIBRATION_VERSION} | "
+    key = (f"{calibration.model_fingerprint(hf_dir)} | {method} v{quant.FORMAT_VERSION} | "
+           f"calibration v{calibration.CALIBRATION_VERSION} | "
            f"torch {torch.__version__}")
     cache = json_cache.load(cache_path)
     entry = cache.get(key)
