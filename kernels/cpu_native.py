@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import threading
 import time
+from typing import Optional
 
 import torch
 
@@ -109,8 +110,12 @@ def reset_for_tests() -> None:
 
 
 def paged_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, req_to_token: torch.Tensor,
-                    plan, positions: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
-    """Run one layer's attention for ``plan`` (a ``radixserve.attention.cpu_plan.CpuAttnPlan``) into ``out``."""
+                    plan, positions: torch.Tensor, scale: float, out: torch.Tensor,
+                    parts: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+    """Run one layer's attention for ``plan`` (a ``radixserve.attention.cpu_plan.CpuAttnPlan``) into ``out``.
+    ``parts``: fp32 (part_o [entries, H, D], part_lse [entries, H]) with the plan's dense
+    entries filled by the caller (normalized output and log-sum-exp of the scaled scores)."""
+    part_o, part_lse = parts if parts is not None else (None, None)
     torch.ops.radixserve_cpu.paged_attention(q, k_buf, v_buf, req_to_token, plan.tasks, plan.entry_tok, positions,
-                                             plan.tok_ptr, plan.tok_entries, float(scale), out)
+                                             plan.tok_ptr, plan.tok_entries, float(scale), out, part_o, part_lse)
     return out

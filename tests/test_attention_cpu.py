@@ -145,6 +145,45 @@ def test_broken_mask_or_merge_fails_the_check():
         check(bad, ref, torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (9, 3), (8, 1)], ids=["mha", "gqa3", "gqa8"])
+@pytest.mark.parametrize("mode", [ForwardMode.EXTEND, ForwardMode.DECODE], ids=["extend", "decode"])
+def test_dense_groups_match_the_reference(monkeypatch, dtype, d, heads, kv_heads, mode):
+    """Shared prefixes computed by torch's flash attention and merged by the kernel."""
+    monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
+    pool, batch, q, rows = make_case(17 + d + heads, mode, heads, kv_heads, d, dtype, True)
+    out, plan = run_cpu(pool, batch, q)
+    assert plan.dense and plan.num_shared_groups == len(plan.dense)
+    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5)
+    check(out, ref, dtype)
+    be = CpuBackend(pool)
+    parts = be._dense_parts(q, 0, d ** -0.5, batch, plan)
+    parts[1][: len(plan.dense[0][3])] += 1.0  # a dense partial weighted wrongly in the merge must show
+    bad = cpu_native.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan,
+                                     batch.positions, d ** -0.5, torch.empty_like(q), parts)
+    with pytest.raises(AssertionError):
+        check(bad, ref, dtype)
+
+
+def test_dense_groups_only_past_the_row_threshold():
+    seq = np.array([600, 600, 600])
+    rows = np.zeros((3, 600), dtype=np.int32)
+    rows[:, :512] = np.arange(1, 513)
+    rows[:, 512:] = np.arange(1000, 1000 + 3 * 88).reshape(3, 88)
+    ext = np.array([88, 88, 88])
+    start = np.array([0, 88, 176])
+    plan = build_plan(rows, np.arange(3), seq, ext, start, 3, 3, 2, dense_min_rows=3 * 88 * 3)
+    assert len(plan.dense) == 1 and not any(t[2] - t[1] == 512 for t in plan.tasks.numpy())
+    row, plen, e0, toks = plan.dense[0]
+    assert (plen, e0) == (512, 0) and toks.tolist() == list(range(264))
+    assert not build_plan(rows, np.arange(3), seq, ext, start, 3, 3, 2, dense_min_rows=3 * 88 * 3 + 1).dense
+    # a member whose new tokens start inside the prefix would need a mask: never dense
+    plan = build_plan(rows, np.arange(3), seq, np.array([100, 88, 88]), np.array([0, 100, 188]), 3, 3, 2,
+                      dense_min_rows=1)
+    assert not plan.dense
+
+
 def test_plan_covers_every_token_and_reads_shared_prefix_once():
     seq = np.array([600, 600, 600, 80])
     rows = np.zeros((4, 600), dtype=np.int32)

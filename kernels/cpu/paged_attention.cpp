@@ -146,6 +146,15 @@ inline float softmax_step_v(v16 s0, v16 s1, int64_t lim, float& m, float& l, flo
 }
 
 constexpr int64_t DIRECT_ROWS = 4;
+constexpr int64_t PREFETCH_KEYS = 16;  // keys ahead whose K/V rows are prefetched (slots are scattered)
+
+// Both cache lines of a head's K or V row (<= 128 bytes for D = 64 in bf16; the first two
+// lines otherwise: the hardware prefetcher follows within a row).
+template <typename T>
+inline void prefetch_row(const T* p) {
+  __builtin_prefetch(p);
+  __builtin_prefetch(reinterpret_cast<const char*>(p) + 64);
+}
 
 // The task's keys for at most DIRECT_ROWS query rows: each K row is read from the pool once
 // and dotted with every query row (a horizontal sum per key and row), each V row is read
@@ -164,6 +173,11 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
   for (int64_t kb = ks; kb < kend; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
     for (int64_t j = 0; j < n; ++j) {
+      if (kb + j + PREFETCH_KEYS < kend) {
+        const int64_t ahead = (int64_t(slots[kb + j + PREFETCH_KEYS]) * a.Hkv + h) * DC;
+        prefetch_row(kbuf + ahead);
+      }
+      prefetch_row(vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC);  // read after this block's softmax
       const T* kp = kbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC;
       v16 kv[DV];
       for (int64_t x = 0; x < DV; ++x) kv[x] = load16(kp + 16 * x);
@@ -238,6 +252,11 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
       const int64_t off = (int64_t(slots[kb + j]) * a.Hkv + h) * D;
       const T* kp = kbuf + off;
       const T* vp = vbuf + off;
+      if (kb + j + PREFETCH_KEYS < kend) {
+        const int64_t ahead = (int64_t(slots[kb + j + PREFETCH_KEYS]) * a.Hkv + h) * D;
+        prefetch_row(kbuf + ahead);
+        prefetch_row(vbuf + ahead);
+      }
       for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
       if constexpr (DC > 0) {
         for (int64_t x = 0; x < DC / 16; ++x) vstore(vt + j * DC + 16 * x, load16(vp + 16 * x));
@@ -398,7 +417,8 @@ void dispatch(const Args& a, int64_t num_tasks) {
 void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Tensor& v_buf,
                      const at::Tensor& req_to_token, const at::Tensor& tasks, const at::Tensor& entry_tok,
                      const at::Tensor& positions, const at::Tensor& tok_ptr, const at::Tensor& tok_entries,
-                     double scale, at::Tensor out) {
+                     double scale, at::Tensor out, const c10::optional<at::Tensor>& part_o_in,
+                     const c10::optional<at::Tensor>& part_lse_in) {
   TORCH_CHECK(q.dim() == 3 && k_buf.dim() == 3 && v_buf.dim() == 3, "q [T,H,D], k/v [S,Hkv,D]");
   TORCH_CHECK(q.is_contiguous() && k_buf.is_contiguous() && v_buf.is_contiguous() && out.is_contiguous(),
               "paged_attention: q, k_buf, v_buf and out must be contiguous");
@@ -423,8 +443,23 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   }
   const int32_t* et = entry_tok.data_ptr<int32_t>();
   for (int64_t i = 0; i < num_entries; ++i) TORCH_CHECK(et[i] >= 0 && et[i] < T, "paged_attention: entry out of range");
-  at::Tensor part_o = at::empty({num_entries, H, D}, q.options().dtype(at::kFloat));
-  at::Tensor part_lse = at::empty({num_entries, H}, q.options().dtype(at::kFloat));
+  // The caller may pass the partial buffers with some entries already filled (dense groups,
+  // radixserve/attention/cpu_plan.py): the tasks fill the others, the merge reads them all.
+  TORCH_CHECK(part_o_in.has_value() == part_lse_in.has_value(), "paged_attention: part_o and part_lse go together");
+  at::Tensor part_o, part_lse;
+  if (part_o_in.has_value()) {
+    part_o = *part_o_in;
+    part_lse = *part_lse_in;
+    TORCH_CHECK(part_o.scalar_type() == at::kFloat && part_o.is_contiguous() && part_o.dim() == 3 &&
+                    part_o.size(0) == num_entries && part_o.size(1) == H && part_o.size(2) == D,
+                "paged_attention: part_o must be contiguous fp32 [entries, H, D]");
+    TORCH_CHECK(part_lse.scalar_type() == at::kFloat && part_lse.is_contiguous() && part_lse.dim() == 2 &&
+                    part_lse.size(0) == num_entries && part_lse.size(1) == H,
+                "paged_attention: part_lse must be contiguous fp32 [entries, H]");
+  } else {
+    part_o = at::empty({num_entries, H, D}, q.options().dtype(at::kFloat));
+    part_lse = at::empty({num_entries, H}, q.options().dtype(at::kFloat));
+  }
   Args a{q.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), req_to_token.data_ptr<int32_t>(),
          req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,

@@ -5,7 +5,12 @@ request->token table, in the pool's dtype (fp32 or bf16), accumulating in fp32 w
 online softmax; no per-layer gather, no dtype conversion of the context.  Requests that share
 leading slots read the shared part once, and GQA query heads share every K/V tile.
 ``init_forward_metadata`` builds the plan (``cpu_plan.py``) once per step; each layer is
-one call into the kernel.
+one call into the kernel.  A shared prefix with at least ``DENSE_MIN_ROWS`` query rows per
+KV head (the members' tokens of an extend step) is computed instead with torch's flash
+attention (``_scaled_dot_product_flash_attention_for_cpu``: bf16 GEMMs on AMX/AVX-512, with
+the log-sum-exp the merge needs) over the prefix's K/V gathered once: on the development
+machine 16 groups x 512 query tokens x 512 prefix keys took 16 ms per layer against 77 ms
+in the kernel's fp32 tiles (bf16; fp32 42 ms).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from radixserve.mem_cache.kv_pool import KVPool
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
 MIN_SHARED_PREFIX = 32
+DENSE_MIN_ROWS = 512  # query rows per KV head from which a shared prefix goes to flash attention
 
 
 def available(kv_pool: KVPool) -> bool:
@@ -50,7 +56,7 @@ class CpuBackend(AttentionBackend):
             return meta
         rows, req_rows, seq_lens, ext_lens, start_loc = meta
         plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
-                          torch.get_num_threads(), MIN_SHARED_PREFIX)
+                          torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=DENSE_MIN_ROWS)
         batch.attn_metadata = plan
         return plan
 
@@ -60,6 +66,27 @@ class CpuBackend(AttentionBackend):
         plan = self._plan(batch, q.shape[1] // pool.num_kv_heads)
         qc = q.to(pool.dtype).contiguous()
         out = torch.empty_like(qc)
+        parts = self._dense_parts(qc, layer_id, scaling, batch, plan) if plan.dense else None
         cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,
-                                      plan, batch.positions, scaling, out)
+                                   plan, batch.positions, scaling, out, parts)
         return out if out.dtype == q.dtype else out.to(q.dtype)
+
+    def _dense_parts(self, q: torch.Tensor, layer_id: int, scaling: float, batch: ForwardBatch,
+                     plan) -> tuple[torch.Tensor, torch.Tensor]:
+        """Partial buffers for the kernel with the plan's dense groups filled: per group, the
+        members' queries (GQA heads as rows of their KV head) against the prefix's K/V."""
+        pool = self.kv_pool
+        num_entries, (heads, dim), hkv = plan.entry_tok.shape[0], q.shape[1:], pool.num_kv_heads
+        g = heads // hkv
+        part_o = torch.empty(num_entries, heads, dim, dtype=torch.float32)
+        part_lse = torch.empty(num_entries, heads, dtype=torch.float32)
+        for row, plen, e0, toks in plan.dense:
+            slots = batch.req_to_token[row, :plen].long()
+            k = pool.k_buffer[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
+            v = pool.v_buffer[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)
+            n = len(toks)
+            qq = q.index_select(0, toks).view(n, hkv, g, dim).transpose(0, 1).reshape(1, hkv, n * g, dim)
+            o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qq, k, v, 0.0, False, scale=scaling)[:2]
+            part_o[e0: e0 + n] = o.view(hkv, n, g, dim).transpose(0, 1).reshape(n, heads, dim)
+            part_lse[e0: e0 + n] = lse.view(hkv, n, g).transpose(0, 1).reshape(n, heads)
+        return part_o, part_lse

@@ -13,6 +13,12 @@ Built once per step (all layers share it) from host-side sizes, with no per-laye
   tile of query rows); longer lists become several tasks over the same keys.
 * **KV splits.**  When there are too few (task, KV head) items to keep every thread busy
   (decode of one or two requests), long key ranges are split so the threads share them.
+* **Dense groups.**  A shared prefix with at least ``dense_min_rows`` query rows per KV head
+  (an extend step of many members) is left out of the tasks: ``dense`` lists it, with one
+  entry per member token numbered before every task's, for the caller to fill with a dense
+  matmul attention (``cpu_backend.py``: torch's flash attention, AMX/AVX-512 bf16 GEMMs,
+  ran 4.5x the kernel's fp32-tile rate on such blocks).  Every member token comes after the
+  prefix (its position >= the prefix length), so no mask is needed there.
 * ``tok_ptr``/``tok_entries`` (CSR) list each token's entries for the kernel's merge pass.
   Every token has at least one entry that sees key position 0, so the merge is never empty.
 
@@ -20,7 +26,7 @@ Tasks are ordered by decreasing cost (keys x entries) for the kernel's dynamic s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -35,6 +41,8 @@ class CpuAttnPlan:
     tok_ptr: torch.Tensor  # int32 [T + 1]
     tok_entries: torch.Tensor  # int32 [E]
     num_shared_groups: int = 0
+    # (request row, prefix length, first entry, member tokens int64) of each dense group
+    dense: list[tuple[int, int, int, torch.Tensor]] = field(default_factory=list)
 
 
 def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> list[tuple[list[int], int]]:
@@ -64,18 +72,25 @@ def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> li
 
 def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext_lens: np.ndarray,
                start_loc: np.ndarray, heads_per_kv: int, num_kv_heads: int, num_threads: int,
-               min_shared: int = 32, max_rows: int = 128) -> CpuAttnPlan:
+               min_shared: int = 32, max_rows: int = 128, dense_min_rows: int = 0) -> CpuAttnPlan:
     """``rows [B, >= max(seq_lens)]``: each request's slots (for prefix detection only);
-    ``req_rows [B]`` its row in req_to_token; ``start_loc``/``ext_lens``: its packed tokens."""
+    ``req_rows [B]`` its row in req_to_token; ``start_loc``/``ext_lens``: its packed tokens;
+    ``dense_min_rows``: see "Dense groups" (0: none)."""
     bsz = len(seq_lens)
     block = max(1, max_rows // heads_per_kv)
     own_from = np.zeros(bsz, dtype=np.int64)
     ranges: list[tuple[int, int, int, np.ndarray]] = []  # (row, key start, key end, tokens)
+    dense_groups: list[tuple[int, int, np.ndarray]] = []
+    num_groups = 0
     for members, plen in shared_groups(rows, seq_lens, min_shared):
         toks = np.concatenate([np.arange(start_loc[i], start_loc[i] + ext_lens[i]) for i in members])
-        ranges.append((int(req_rows[members[0]]), 0, plen, toks))
+        after_prefix = bool(((seq_lens - ext_lens)[members] >= plen).all())
+        if dense_min_rows > 0 and len(toks) * heads_per_kv >= dense_min_rows and after_prefix:
+            dense_groups.append((int(req_rows[members[0]]), plen, toks))
+        else:
+            ranges.append((int(req_rows[members[0]]), 0, plen, toks))
         own_from[members] = plen
-    num_groups = len(ranges)
+        num_groups += 1
     for i in range(bsz):
         if own_from[i] < seq_lens[i]:
             ranges.append((int(req_rows[i]), int(own_from[i]), int(seq_lens[i]),
@@ -94,8 +109,12 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
         tasks = split_tasks
     tasks.sort(key=lambda t: -(t[2] - t[1]) * len(t[3]))
     table = np.empty((len(tasks), 5), dtype=np.int32)
-    entries = []
+    entries, dense = [], []
     e = 0
+    for row, plen, toks in dense_groups:
+        dense.append((row, plen, e, torch.from_numpy(toks.astype(np.int64))))
+        entries.append(toks)
+        e += len(toks)
     for n, (row, ks, ke, toks) in enumerate(tasks):
         table[n] = (row, ks, ke, e, e + len(toks))
         entries.append(toks)
@@ -106,4 +125,4 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
     tok_ptr = np.zeros(num_tokens + 1, dtype=np.int32)
     np.cumsum(np.bincount(entry_tok, minlength=num_tokens), out=tok_ptr[1:])
     return CpuAttnPlan(torch.from_numpy(table), torch.from_numpy(entry_tok), torch.from_numpy(tok_ptr),
-                       torch.from_numpy(order), num_groups)
+                       torch.from_numpy(order), num_groups, dense)
