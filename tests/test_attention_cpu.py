@@ -154,12 +154,12 @@ def test_dense_groups_match_the_reference(monkeypatch, dtype, d, heads, kv_heads
     monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
     pool, batch, q, rows = make_case(17 + d + heads, mode, heads, kv_heads, d, dtype, True)
     out, plan = run_cpu(pool, batch, q)
-    assert plan.dense and plan.num_shared_groups == len(plan.dense)
+    assert plan.num_shared_groups == sum(not causal for *_, causal in plan.dense) > 0
     ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5)
     check(out, ref, dtype)
     be = CpuBackend(pool)
     parts = be._dense_parts(q, 0, d ** -0.5, batch, plan)
-    parts[1][: len(plan.dense[0][3])] += 1.0  # a dense partial weighted wrongly in the merge must show
+    parts[1][: len(plan.dense[0][4])] += 1.0  # a dense partial weighted wrongly in the merge must show
     bad = cpu_native.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan,
                                      batch.positions, d ** -0.5, torch.empty_like(q), parts)
     with pytest.raises(AssertionError):
@@ -175,13 +175,25 @@ def test_dense_groups_only_past_the_row_threshold():
     start = np.array([0, 88, 176])
     plan = build_plan(rows, np.arange(3), seq, ext, start, 3, 3, 2, dense_min_rows=3 * 88 * 3)
     assert len(plan.dense) == 1 and not any(t[2] - t[1] == 512 for t in plan.tasks.numpy())
-    row, plen, e0, toks = plan.dense[0]
-    assert (plen, e0) == (512, 0) and toks.tolist() == list(range(264))
+    row, ks, ke, e0, toks, causal = plan.dense[0]
+    assert (ks, ke, e0, causal) == (0, 512, 0, False) and toks.tolist() == list(range(264))
     assert not build_plan(rows, np.arange(3), seq, ext, start, 3, 3, 2, dense_min_rows=3 * 88 * 3 + 1).dense
     # a member whose new tokens start inside the prefix would need a mask: never dense
     plan = build_plan(rows, np.arange(3), seq, np.array([100, 88, 88]), np.array([0, 100, 188]), 3, 3, 2,
                       dense_min_rows=1)
-    assert not plan.dense
+    assert not any(not causal for *_, causal in plan.dense)
+
+
+def test_causal_dense_blocks_for_prompts_with_nothing_cached(monkeypatch):
+    """A request's own keys that are exactly its new tokens go to flash attention, causal."""
+    monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
+    for dtype in (torch.float32, torch.bfloat16):
+        pool, batch, q, rows = make_case(23, ForwardMode.EXTEND, 9, 3, 64, dtype, False, n_req=12)
+        out, plan = run_cpu(pool, batch, q)
+        ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+        check(out, ref, dtype)
+        squares = [i for i, p in enumerate(batch.extend_prefix_lens_cpu) if p == 0]
+        assert sum(causal for *_, causal in plan.dense) == len(squares) > 0
 
 
 def test_plan_covers_every_token_and_reads_shared_prefix_once():

@@ -73,20 +73,29 @@ class CpuBackend(AttentionBackend):
 
     def _dense_parts(self, q: torch.Tensor, layer_id: int, scaling: float, batch: ForwardBatch,
                      plan) -> tuple[torch.Tensor, torch.Tensor]:
-        """Partial buffers for the kernel with the plan's dense groups filled: per group, the
-        members' queries (GQA heads as rows of their KV head) against the prefix's K/V."""
+        """Partial buffers for the kernel with the plan's dense blocks filled (normalized output
+        and log-sum-exp per entry and head) by torch's flash attention over the block's K/V."""
         pool = self.kv_pool
         num_entries, (heads, dim), hkv = plan.entry_tok.shape[0], q.shape[1:], pool.num_kv_heads
         g = heads // hkv
         part_o = torch.empty(num_entries, heads, dim, dtype=torch.float32)
         part_lse = torch.empty(num_entries, heads, dtype=torch.float32)
-        for row, plen, e0, toks in plan.dense:
-            slots = batch.req_to_token[row, :plen].long()
-            k = pool.k_buffer[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)  # [1, Hkv, S, D]
-            v = pool.v_buffer[layer_id].index_select(0, slots).transpose(0, 1).unsqueeze(0)
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        for row, ks, ke, e0, toks, causal in plan.dense:
+            slots = batch.req_to_token[row, ks:ke].long()
+            k = pool.k_buffer[layer_id].index_select(0, slots).transpose(0, 1)  # [Hkv, S, D]
+            v = pool.v_buffer[layer_id].index_select(0, slots).transpose(0, 1)
             n = len(toks)
-            qq = q.index_select(0, toks).view(n, hkv, g, dim).transpose(0, 1).reshape(1, hkv, n * g, dim)
-            o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qq, k, v, 0.0, False, scale=scaling)[:2]
+            qt = q.index_select(0, toks)
+            if causal:  # token i sees keys 0..i: one query row per (head, token), K/V repeated per head
+                k, v = (x.repeat_interleave(g, dim=0).unsqueeze(0) for x in (k, v))
+                o, lse = flash(qt.transpose(0, 1).unsqueeze(0), k, v, 0.0, True, scale=scaling)[:2]
+                part_o[e0: e0 + n] = o[0].transpose(0, 1)
+                part_lse[e0: e0 + n] = lse[0].transpose(0, 1)
+                continue
+            # no mask: the G query heads of a KV head become rows against its K/V (read once)
+            qq = qt.view(n, hkv, g, dim).transpose(0, 1).reshape(1, hkv, n * g, dim)
+            o, lse = flash(qq, k.unsqueeze(0), v.unsqueeze(0), 0.0, False, scale=scaling)[:2]
             part_o[e0: e0 + n] = o.view(hkv, n, g, dim).transpose(0, 1).reshape(n, heads, dim)
             part_lse[e0: e0 + n] = lse.view(hkv, n, g).transpose(0, 1).reshape(n, heads)
         return part_o, part_lse

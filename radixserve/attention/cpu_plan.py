@@ -18,7 +18,9 @@ Built once per step (all layers share it) from host-side sizes, with no per-laye
   entry per member token numbered before every task's, for the caller to fill with a dense
   matmul attention (``cpu_backend.py``: torch's flash attention, AMX/AVX-512 bf16 GEMMs,
   ran 4.5x the kernel's fp32-tile rate on such blocks).  Every member token comes after the
-  prefix (its position >= the prefix length), so no mask is needed there.
+  prefix (its position >= the prefix length), so no mask is needed there.  Likewise a
+  request's own keys when they are exactly its new tokens (a prompt with nothing cached past
+  the shared prefix) and they make as many rows: a causal square block.
 * ``tok_ptr``/``tok_entries`` (CSR) list each token's entries for the kernel's merge pass.
   Every token has at least one entry that sees key position 0, so the merge is never empty.
 
@@ -41,8 +43,8 @@ class CpuAttnPlan:
     tok_ptr: torch.Tensor  # int32 [T + 1]
     tok_entries: torch.Tensor  # int32 [E]
     num_shared_groups: int = 0
-    # (request row, prefix length, first entry, member tokens int64) of each dense group
-    dense: list[tuple[int, int, int, torch.Tensor]] = field(default_factory=list)
+    # (request row, key start, key end, first entry, tokens int64, causal) of each dense block
+    dense: list[tuple[int, int, int, int, torch.Tensor, bool]] = field(default_factory=list)
 
 
 def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> list[tuple[list[int], int]]:
@@ -80,21 +82,25 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
     block = max(1, max_rows // heads_per_kv)
     own_from = np.zeros(bsz, dtype=np.int64)
     ranges: list[tuple[int, int, int, np.ndarray]] = []  # (row, key start, key end, tokens)
-    dense_groups: list[tuple[int, int, np.ndarray]] = []
+    dense_blocks: list[tuple[int, int, int, np.ndarray, bool]] = []
     num_groups = 0
     for members, plen in shared_groups(rows, seq_lens, min_shared):
         toks = np.concatenate([np.arange(start_loc[i], start_loc[i] + ext_lens[i]) for i in members])
         after_prefix = bool(((seq_lens - ext_lens)[members] >= plen).all())
         if dense_min_rows > 0 and len(toks) * heads_per_kv >= dense_min_rows and after_prefix:
-            dense_groups.append((int(req_rows[members[0]]), plen, toks))
+            dense_blocks.append((int(req_rows[members[0]]), 0, plen, toks, False))
         else:
             ranges.append((int(req_rows[members[0]]), 0, plen, toks))
         own_from[members] = plen
         num_groups += 1
     for i in range(bsz):
         if own_from[i] < seq_lens[i]:
-            ranges.append((int(req_rows[i]), int(own_from[i]), int(seq_lens[i]),
-                           np.arange(start_loc[i], start_loc[i] + ext_lens[i])))
+            toks = np.arange(start_loc[i], start_loc[i] + ext_lens[i])
+            square = own_from[i] == seq_lens[i] - ext_lens[i]
+            if dense_min_rows > 0 and square and ext_lens[i] * heads_per_kv >= dense_min_rows:
+                dense_blocks.append((int(req_rows[i]), int(own_from[i]), int(seq_lens[i]), toks, True))
+            else:
+                ranges.append((int(req_rows[i]), int(own_from[i]), int(seq_lens[i]), toks))
     tasks: list[tuple[int, int, int, np.ndarray]] = []
     for row, ks, ke, toks in ranges:
         for b in range(0, len(toks), block):
@@ -111,8 +117,8 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
     table = np.empty((len(tasks), 5), dtype=np.int32)
     entries, dense = [], []
     e = 0
-    for row, plen, toks in dense_groups:
-        dense.append((row, plen, e, torch.from_numpy(toks.astype(np.int64))))
+    for row, ks, ke, toks, causal in dense_blocks:
+        dense.append((row, ks, ke, e, torch.from_numpy(toks.astype(np.int64)), causal))
         entries.append(toks)
         e += len(toks)
     for n, (row, ks, ke, toks) in enumerate(tasks):
