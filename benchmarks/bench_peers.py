@@ -32,7 +32,7 @@ from peer_runners.common import run_job  # noqa: E402
 from peers_report import (machine, print_bandwidth, print_gemm, print_ratios, print_roofline,  # noqa: E402
                           print_table)
 from report import write_json  # noqa: E402
-from roofline import decode_bandwidth, gemm_rates, shared_prefix_roofline  # noqa: E402
+from roofline import decode_bandwidth, decode_weight_bytes, gemm_rates, shared_prefix_roofline  # noqa: E402
 from workloads import add_shared_prefix_args, random_prompts, sample_sharegpt, shared_prefix_prompts  # noqa: E402
 
 WORKLOADS = ("single", "shared", "sharegpt")
@@ -135,7 +135,11 @@ def run_radixserve(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, A
     kwargs.setdefault("max_total_tokens", pool_tokens(job, not kwargs.get("disable_radix_cache")))
     engine = Engine(args.model, **kwargs)
     res = run_job(RadixPeer(engine), job, log=lambda s: print("  " + s.strip(), flush=True))
-    res["info"] = {"peer": "radixserve", "dtype": engine.info.dtype, "engine_kwargs": kwargs}
+    res["info"] = {"peer": "radixserve", "dtype": engine.info.dtype, "engine_kwargs": kwargs,
+                   "quantization": getattr(engine.info, "quantization", "none")}
+    model = getattr(getattr(engine, "runner", None), "model", None)
+    if model is not None:
+        res["info"]["decode_weight_bytes"] = decode_weight_bytes(model)
     engine.shutdown()
     del engine
     gc.collect()

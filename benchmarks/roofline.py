@@ -122,6 +122,36 @@ def shared_prefix_roofline(cfg: Any, workload: dict[str, Any], ours: dict[str, A
             "peak_gflops": gemm[dtype]["peak"], "pct_of_peak": achieved / gemm[dtype]["peak"]}
 
 
+def decode_weight_bytes(model: Any) -> int:
+    """Bytes of weights a one-row decode step of radixserve's ``model`` reads: each linear as
+    it is stored for one row (a quantized layer's int8/int4 tensors and scales, else its dense
+    weight), the LM head the same way (its int8 copy when it has one), and the norms; the
+    embedding table is read one row per token, so it is not counted."""
+    import torch
+
+    seen, total = set(), 0
+
+    def add(t: Any) -> None:
+        nonlocal total
+        if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+
+    head = getattr(model, "lm_head_quant", None)
+    for name, mod in model.named_modules():
+        if name.endswith("embed_tokens"):
+            continue
+        if hasattr(mod, "q") and isinstance(getattr(mod, "q"), torch.Tensor):  # QuantLinear, Int8HeadLinear
+            for attr in ("q", "scale", "inv_scale", "bias"):
+                add(getattr(mod, attr, None))
+            continue
+        for p in mod.parameters(recurse=False):
+            add(p)
+    if head is None:
+        add(model.lm_head_weight())
+    return total
+
+
 def decode_bandwidth(cfg: Any, results: dict[str, Any], gguf: Optional[str]) -> list[dict[str, Any]]:
     """gpt-fast's figure per peer: bytes one single-stream decode step reads x decode tok/s.
     Weights in the peer's dtype (llama.cpp: the GGUF's tensors as stored, KV in f16); KV at the
@@ -134,6 +164,10 @@ def decode_bandwidth(cfg: Any, results: dict[str, Any], gguf: Optional[str]) -> 
         ctx = single["prompt_len"] + single["output_len"] / 2
         if info["peer"] == "llama.cpp" and gguf:
             wbytes, kv, what = gguf_weight_bytes(gguf), 2, "GGUF tensors as stored, KV f16"
+        elif info.get("decode_weight_bytes"):
+            b = DTYPE_BYTES[str(info["dtype"]).removeprefix("torch.")]
+            wbytes, kv = info["decode_weight_bytes"], b
+            what = f"weights as stored ({info.get('quantization', 'none')}), KV {b} B"
         else:
             b = DTYPE_BYTES[str(info["dtype"]).removeprefix("torch.")]
             wbytes, kv, what = weight_params(cfg) * b, b, f"{weight_params(cfg) / 1e6:.1f}M params x {b} B"

