@@ -21,6 +21,7 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.worker.numerics_choice import resolve_numerics
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
+from radixserve.worker.spec_verify import verify_drafts
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ class ModelRunner:
             first = len(logit_rows)
             if r.logprob_from >= 0:
                 logit_rows.extend(range(offset + r.logprob_from, offset + n))
+            elif r.num_draft:  # the verified rows: the last token's and each proposed token's
+                logit_rows.extend(range(offset + n - r.num_draft - 1, offset + n))
             elif r.sample:
                 logit_rows.append(offset + n - 1)
             spans.append((first, len(logit_rows)))
@@ -161,7 +164,11 @@ class ModelRunner:
                 out.prompt_logprobs.append(TokenLogprob(chosen_l[j], t, alts))
 
     def _sample(self, plan: StepPlan, logits: torch.Tensor, spans, outputs) -> None:
-        picks = [i for i, r in enumerate(plan.reqs) if r.sample]
+        for i, r in enumerate(plan.reqs):
+            if r.num_draft:
+                a, b = spans[i]
+                verify_drafts(self.sampler, r, self.states[r.rid], logits[a:b], outputs[i])
+        picks = [i for i, r in enumerate(plan.reqs) if r.sample and not r.num_draft]
         if not picks:
             return
         rows = torch.tensor([spans[i][1] - 1 for i in picks], dtype=torch.int64, device=logits.device)
