@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from chi2 import goodness_of_fit
 from kv_helpers import T, make_kv
 from radixserve.mem_cache.continuation import continuation
 from radixserve.mem_cache.radix_cache import RadixCache
@@ -124,16 +125,6 @@ def _broken_no_residual(probs, drafts, gens, draft_probs=None):
     return out
 
 
-def _chi2_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson's chi-square goodness-of-fit p-value (survival function of chi2 with
-    categories - 1 degrees of freedom: the regularised upper incomplete gamma)."""
-    keep = probs > 0
-    expected = probs[keep].double() * counts.sum()
-    stat = ((counts[keep] - expected) ** 2 / expected).sum()
-    dof = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
-
-
 def _emitted_pairs(rule, probs, drafts, draft_probs, trials: int) -> tuple[torch.Tensor, torch.Tensor]:
     V = probs.shape[1]
     first = torch.zeros(V, dtype=torch.float64)
@@ -166,8 +157,8 @@ def test_rejection_sampling_matches_the_target_distribution(rule, ok, with_q):
     drafts = [2, 4]  # point mass: the second proposal has target probability 0 (always rejected)
     draft_probs = torch.softmax(torch.randn(2, V, generator=g), -1) if with_q else None
     first, second = _emitted_pairs(rule, probs, drafts, draft_probs, 4000)
-    p1 = _chi2_p(first, probs[0]) if first[probs[0] == 0].sum() == 0 else 0.0
-    p2 = _chi2_p(second, probs[1]) if second[probs[1] == 0].sum() == 0 else 0.0
+    p1 = goodness_of_fit(first, probs[0]) if first[probs[0] == 0].sum() == 0 else 0.0
+    p2 = goodness_of_fit(second, probs[1]) if second[probs[1] == 0].sum() == 0 else 0.0
     if ok:
         assert min(p1, p2) > 1e-3, (p1, p2)
     else:

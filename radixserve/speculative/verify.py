@@ -37,8 +37,9 @@ def sample_from(weights: torch.Tensor, gen: torch.Generator) -> int:
 
 def rejection_accept(probs: torch.Tensor, drafts: Sequence[int], gens: Sequence[torch.Generator],
                      draft_probs: Optional[torch.Tensor] = None) -> list[int]:
-    """``probs`` [k + 1, V]: the target's (processed, normalised) distributions; ``draft_probs``
+    """``probs`` [k + 1, V]: the target's (processed) distributions; ``draft_probs``
     [k, V] the proposer's, None for a point mass; ``gens[j]`` the randomness of row ``j``."""
+    probs = probs / probs.sum(dim=-1, keepdim=True)  # top-k/top-p/min-p zero entries, unnormalised
     out: list[int] = []
     for j, d in enumerate(drafts):
         p = probs[j]
