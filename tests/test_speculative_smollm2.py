@@ -17,8 +17,8 @@ PASSAGE = ("The radix tree stores every prompt that the server has seen, so a ne
 
 def _prompts(tok) -> list[list[int]]:
     chat = [tok.encode(SYSTEM + f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n") for q in QUESTIONS[:1]]
-    quote = [tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Repeat this passage word for word:\n\n{PASSAGE}"}],
-                                                tokenize=False, add_generation_prompt=True)),
+    ask = [{"role": "user", "content": f"Repeat this passage word for word:\n\n{PASSAGE}"}]
+    quote = [tok.encode(tok.apply_chat_template(ask, tokenize=False, add_generation_prompt=True)),
              tok.encode(f"Document: {PASSAGE}\nQuote the document exactly.\nQuote: {PASSAGE[:40]}")]
     return chat + quote
 

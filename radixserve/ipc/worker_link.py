@@ -49,6 +49,7 @@ class StepReq:
     # (``sample`` is then True); the reply's ``spec_ids`` are those accepted, ``next_token`` the
     # target's own token after them (radixserve/speculative/verify.py)
     num_draft: int = 0
+    draft_by_worker: bool = False  # the worker's draft model writes the proposed tokens first
 
 
 @dataclass

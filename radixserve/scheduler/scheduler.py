@@ -153,7 +153,7 @@ class Scheduler:
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
 
     def _step_req(self, req: Req, n: int, draft: Sequence[int] = ()) -> StepReq:
-        sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids, draft)
+        sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids, draft, self.spec.drafts_in_worker)
         if req.grammar is not None and sr.sample:
             sr.vocab_mask = self.grammars.mask(req)
         return sr

@@ -26,6 +26,10 @@ class SpecRequest(Protocol):
 
 
 class Speculator(Protocol):
+    #: True when the worker's draft model writes the proposed tokens: ``propose`` then only
+    #: says how many (its ids are placeholders)
+    drafts_in_worker: bool
+
     def propose(self, req: SpecRequest, k: int, cached: Cached) -> list[int]: ...
 
     def record(self, req: SpecRequest, proposed: int, accepted: int) -> None: ...
@@ -34,11 +38,20 @@ class Speculator(Protocol):
 class NoSpeculation:
     """``--speculative-algorithm none``: never proposes."""
 
+    drafts_in_worker = False
+
     def propose(self, req: SpecRequest, k: int, cached: Cached) -> list[int]:
         return []
 
     def record(self, req: SpecRequest, proposed: int, accepted: int) -> None:
         pass
+
+
+class _GateState:
+    __slots__ = ("gate",)
+
+    def __init__(self) -> None:
+        self.gate = AcceptanceGate()
 
 
 class _NgramState:
@@ -53,6 +66,8 @@ class NgramSpeculation:
     """``--speculative-algorithm ngram``: the continuation of the longest recent n-gram match in
     the request's own prompt + output, else what the prefix cache holds after its text."""
 
+    drafts_in_worker = False
+
     def propose(self, req: SpecRequest, k: int, cached: Cached) -> list[int]:
         st = req.spec_state
         if st is None:
@@ -66,9 +81,26 @@ class NgramSpeculation:
         req.spec_state.gate.record(proposed, accepted)
 
 
+class DraftModelSpeculation:
+    """``--speculative-algorithm draft``: ``k`` tokens for the worker's draft model to propose
+    (``worker/draft_runner.py``) whenever the request's gate is open."""
+
+    drafts_in_worker = True
+
+    def propose(self, req: SpecRequest, k: int, cached: Cached) -> list[int]:
+        if req.spec_state is None:
+            req.spec_state = _GateState()
+        return [0] * k if req.spec_state.gate.open() else []
+
+    def record(self, req: SpecRequest, proposed: int, accepted: int) -> None:
+        req.spec_state.gate.record(proposed, accepted)
+
+
 def make_speculator(algorithm: str) -> Speculator:
     if algorithm == "ngram":
         return NgramSpeculation()
+    if algorithm == "draft":
+        return DraftModelSpeculation()
     if algorithm == "none":
         return NoSpeculation()
-    raise ValueError(f"speculative_algorithm: {algorithm!r} has no scheduler-side speculator")
+    raise ValueError(f"speculative_algorithm: unknown {algorithm!r}")

@@ -21,6 +21,7 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.worker.numerics_choice import resolve_numerics
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
+from radixserve.worker.draft_runner import DraftRunner, NoDraft
 from radixserve.worker.spec_verify import verify_drafts
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,11 @@ class ModelRunner:
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
         self.states: dict[str, ReqSamplingState] = {}
+        # speculative decoding with a draft model: mirrors every forward, proposes when asked
+        self.draft = NoDraft() if sched_cfg.speculative_algorithm != "draft" else DraftRunner(
+            sched_cfg.speculative_draft_model, self.vocab_size, self.dtype, self.device, num_slots,
+            self.context_len + 1, cache_cfg.attention_backend)
+        self._draft_q: dict[str, Any] = {}  # this step's draft distributions, by rid
 
     # ------------------------------------------------------------------ one step
     def step(self, plan: StepPlan) -> StepResult:
@@ -109,6 +115,10 @@ class ModelRunner:
         # write the new slots into this worker's request->token table in one scatter
         table.index_put_((rows_t.repeat_interleave(lens_t).to(dev), pos_t.to(dev)), locs_t.to(dev, torch.int32))
         start_loc = torch.cumsum(lens_t, 0) - lens_t
+        drafted = [r for r in plan.reqs if r.draft_by_worker]
+        if drafted:  # fills their proposed tokens in place, before the ids are gathered below
+            qs = self.draft.propose(drafted, [self.states[r.rid] for r in drafted], table, self.sampler)
+            self._draft_q = {r.rid: q for r, q in zip(drafted, qs)}
         batch = ForwardBatch(
             mode=ForwardMode.DECODE if plan.decode else ForwardMode.EXTEND,
             input_ids=torch.from_numpy(np.concatenate(ids).astype(np.int64)).to(dev),
@@ -142,8 +152,10 @@ class ModelRunner:
         self.backend.init_forward_metadata(batch)
         if not logit_rows:
             self.model(batch, self.backend, torch.empty(0, dtype=torch.int64, device=dev))
+            self.draft.mirror(batch)
             return StepResult(outputs)
         logits = self.model(batch, self.backend, torch.tensor(logit_rows, dtype=torch.int64, device=dev))
+        self.draft.mirror(batch)
         self._prompt_logprobs(plan, logits, spans, outputs)
         self._sample(plan, logits, spans, outputs)
         return StepResult(outputs)
@@ -167,7 +179,8 @@ class ModelRunner:
         for i, r in enumerate(plan.reqs):
             if r.num_draft:
                 a, b = spans[i]
-                verify_drafts(self.sampler, r, self.states[r.rid], logits[a:b], outputs[i])
+                verify_drafts(self.sampler, r, self.states[r.rid], logits[a:b], outputs[i],
+                              self._draft_q.pop(r.rid, None))
         picks = [i for i, r in enumerate(plan.reqs) if r.sample and not r.num_draft]
         if not picks:
             return

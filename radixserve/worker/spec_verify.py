@@ -11,6 +11,8 @@ penalties or a vocab mask never come here (the scheduler does not speculate for 
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from radixserve.ipc.worker_link import StepOutput, StepReq, TokenLogprob
@@ -18,8 +20,10 @@ from radixserve.speculative.verify import greedy_accept, rejection_accept
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of
 
 
-def verify_drafts(sampler: Sampler, r: StepReq, state: ReqSamplingState, raw: torch.Tensor, out: StepOutput) -> None:
-    """``raw``: fp32 logits [k + 1, V] of the request's verified rows."""
+def verify_drafts(sampler: Sampler, r: StepReq, state: ReqSamplingState, raw: torch.Tensor, out: StepOutput,
+                  draft_probs: Optional[torch.Tensor] = None) -> None:
+    """``raw``: fp32 logits [k + 1, V] of the request's verified rows; ``draft_probs`` [k, V]
+    the draft model's distributions (None: point-mass proposals, or a greedy request)."""
     k = r.num_draft
     drafts = r.input_ids[-k:].tolist()
     steps = [r.num_output + j for j in range(k + 1)]
@@ -30,7 +34,7 @@ def verify_drafts(sampler: Sampler, r: StepReq, state: ReqSamplingState, raw: to
     else:
         probs = sampler.probs(processed, states)
         gens = [sampler.generator_for(state, s) for s in steps]
-        emitted = rejection_accept(probs, drafts, gens)
+        emitted = rejection_accept(probs, drafts, gens, draft_probs)
     for tok in emitted:
         state.observe(tok)
     lps: list[TokenLogprob] = []
