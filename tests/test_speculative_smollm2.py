@@ -23,15 +23,33 @@ def _prompts(tok) -> list[list[int]]:
     return chat + quote
 
 
-def test_ngram_greedy_equals_hf(smol_dir):
+@pytest.fixture(scope="module")
+def refs(smol_dir):
+    """The prompts and HF fp32 greedy continuations (32 tokens), computed once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     hf = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
     prompts = _prompts(AutoTokenizer.from_pretrained(smol_dir))
+    return prompts, [hf_greedy(hf, p, 32) for p in prompts]
+
+
+def test_ngram_greedy_equals_hf(smol_dir, refs):
+    prompts, greedy = refs
     eng = make_engine(smol_dir, max_total_tokens=4000, speculative_algorithm="ngram", speculative_num_tokens=5)
     outs = eng.generate(input_ids=prompts, sampling_params={"max_new_tokens": 32, "temperature": 0})
-    for p, o in zip(prompts, outs):
-        assert o["output_ids"] == hf_greedy(hf, p, 32)
+    assert [o["output_ids"] for o in outs] == greedy
     quoted = [o["meta_info"]["spec_accepted_tokens"] for o in outs[1:]]
     assert all(a >= 8 for a in quoted), [o["meta_info"] for o in outs]
+    eng.check_invariants()
+
+
+def test_smollm2_as_its_own_draft_accepts_every_token(smol_dir, refs):
+    prompts, greedy = refs
+    eng = make_engine(smol_dir, max_total_tokens=3000, speculative_algorithm="draft",
+                      speculative_draft_model=smol_dir, speculative_num_tokens=4)
+    outs = eng.generate(input_ids=prompts[:2], sampling_params={"max_new_tokens": 32, "temperature": 0})
+    assert [o["output_ids"] for o in outs] == greedy[:2]
+    for o in outs:
+        meta = o["meta_info"]
+        assert meta["spec_proposed_tokens"] > 0 and meta["spec_accepted_tokens"] == meta["spec_proposed_tokens"], meta
     eng.check_invariants()
