@@ -6,6 +6,7 @@ tokens, max_new_tokens and logprobs behave as without speculation."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -170,3 +171,27 @@ def test_random_batches_with_aborts_and_retraction_keep_invariants(tiny_dir, pla
         assert s["free_slots"] + s["evictable_size"] == sched.kv.capacity  # no slot leaked
 
     eng.run_on_driver(drive)
+
+
+@pytest.mark.parametrize("jump", [True, False])
+def test_constrained_requests_speculate_within_the_grammar(tiny_dir, jump):
+    """Proposals are cut where the grammar rejects them and verified under the grammar's
+    masks: greedy constrained outputs equal speculation off, and still match their pattern."""
+    from test_constrained import TINY_CASES
+
+    cases = [("regex", r"((ab|cd|ef) ){6}done"), ("regex", r"(x[0-9] ){5}"),
+             ("regex", r"(ab|cd)( (ab|cd)){7}")] + TINY_CASES[:4]
+    prompts = ["ab cd ab cd ef ab cd ab cd ef ab", "x1 x2 x1 x2 x1 x2 x1", "ab cd ab cd ab cd ab"]
+    prompts += ["the date list a"] * 4
+    params = [{kind: spec, "max_new_tokens": 40, "temperature": 0} for kind, spec in cases]
+    params.append({"max_new_tokens": 16, "temperature": 0})  # an unconstrained neighbour
+    prompts.append("ab cd ab cd ab cd ab cd")
+    outs = {}
+    for name, extra in (("off", {}), ("on", SPEC)):
+        eng = make_engine(tiny_dir, enable_jump_forward=jump, **extra)
+        outs[name] = eng.generate(prompts, params)
+        eng.check_invariants()
+    assert [o["output_ids"] for o in outs["on"]] == [o["output_ids"] for o in outs["off"]]
+    for (_, rx), o in zip(cases[:3], outs["on"]):
+        assert re.fullmatch(rx, o["text"]), (rx, o["text"])
+    assert _spec_counts(outs["on"][:3])[1] > 0, [o["meta_info"] for o in outs["on"][:3]]

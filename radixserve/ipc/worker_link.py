@@ -44,7 +44,8 @@ class StepReq:
     logprob_targets: Optional[np.ndarray] = None
     return_logprob: bool = False
     top_logprobs_num: int = 0
-    vocab_mask: Optional[np.ndarray] = None  # bool [vocab] allowed tokens (constrained decoding)
+    # bool [vocab] allowed tokens (constrained decoding); [num_draft + 1, vocab] when speculating
+    vocab_mask: Optional[np.ndarray] = None
     # speculative decoding: the last ``num_draft`` of ``input_ids`` are proposed tokens to verify
     # (``sample`` is then True); the reply's ``spec_ids`` are those accepted, ``next_token`` the
     # target's own token after them (radixserve/speculative/verify.py)

@@ -152,10 +152,10 @@ class Scheduler:
             return None, None
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
 
-    def _step_req(self, req: Req, n: int, draft: Sequence[int] = ()) -> StepReq:
+    def _step_req(self, req: Req, n: int, draft: Sequence[int] = (), masks: Any = None) -> StepReq:
         sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids, draft, self.spec.drafts_in_worker)
-        if req.grammar is not None and sr.sample:
-            sr.vocab_mask = self.grammars.mask(req)
+        if req.grammar is not None and sr.sample:  # one mask per verified row when speculating
+            sr.vocab_mask = masks if masks is not None else self.grammars.mask(req)
         return sr
 
     def _forced_plan(self):
@@ -200,9 +200,9 @@ class Scheduler:
         self.ratio = max(self.cfg.new_token_ratio, self.ratio - 0.002)
         drafts = propose_drafts(ready, self.spec, kv, self.cfg.speculative_num_tokens, self.context_len)
         if drafts is not None:  # a verify step: an extend over each last token and its proposal
-            batch = [(r, 1 + len(d)) for r, d in zip(ready, drafts)]
+            batch = [(r, 1 + len(d.tokens)) for r, d in zip(ready, drafts)]
             assert kv.alloc_extend(batch), "propose_drafts fits the proposals in the free slots"
-            reqs = [self._step_req(r, 1, d) for r, d in zip(ready, drafts)]
+            reqs = [self._step_req(r, 1, d.tokens, d.masks) for r, d in zip(ready, drafts)]
             return StepPlan(False, reqs, self._take_release()), batch, touched
         kv.alloc_decode(ready)
         reqs = [self._step_req(req, 1) for req in ready]
@@ -231,7 +231,9 @@ class Scheduler:
             if req.finished:  # aborted while the step ran
                 continue
             if sr.num_draft:
-                apply_verified(req, sr.num_draft, out, self.kv, self.stops, self.spec)
+                if apply_verified(req, sr.num_draft, out, self.kv, self.stops, self.spec, self.grammars,
+                                  self.cfg.enable_jump_forward):
+                    self._forced.append(req)
                 if req.finished:
                     self._retire(req)
                 touched.append(req)

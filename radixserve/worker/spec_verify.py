@@ -7,7 +7,8 @@ acceptance rule of ``radixserve/speculative/verify.py`` (greedy, or rejection sa
 row ``j`` drawing from the request's generator for output token ``num_output + j``), and
 fills the ``StepOutput``: ``spec_ids`` (accepted), ``next_token`` (the target's own), and
 their logprobs (of the raw logits, as for a normal decode step) when asked.  Requests with
-penalties or a vocab mask never come here (the scheduler does not speculate for them).
+penalties never come here (the scheduler does not speculate for them); a constrained
+request brings one grammar mask per row (``vocab_mask`` [k + 1, V]).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def verify_drafts(sampler: Sampler, r: StepReq, state: ReqSamplingState, raw: to
     drafts = r.input_ids[-k:].tolist()
     steps = [r.num_output + j for j in range(k + 1)]
     states = [state] * (k + 1)
-    processed = sampler.process(raw.clone(), states, steps, [None] * (k + 1))
+    masks = [None] * (k + 1) if r.vocab_mask is None else list(torch.from_numpy(r.vocab_mask).to(raw.device))
+    processed = sampler.process(raw.clone(), states, steps, masks)
     if state.params.greedy:
         emitted = greedy_accept(drafts, processed.argmax(dim=-1).tolist())
     else:
