@@ -195,3 +195,28 @@ def test_constrained_requests_speculate_within_the_grammar(tiny_dir, jump):
     for (_, rx), o in zip(cases[:3], outs["on"]):
         assert re.fullmatch(rx, o["text"]), (rx, o["text"])
     assert _spec_counts(outs["on"][:3])[1] > 0, [o["meta_info"] for o in outs["on"][:3]]
+
+
+def test_server_reports_speculation_in_meta_info_and_metrics(tiny_dir):
+    """Through the serving processes (scheduler and worker over ZeroMQ): meta_info counts
+    and the Prometheus counters and acceptance-rate gauge."""
+    from server_harness import ServerHandle
+
+    srv = ServerHandle(tiny_dir, "--max-total-tokens", "2048", "--speculative-algorithm", "ngram",
+                       "--speculative-num-tokens", "3").wait_ready()
+    try:
+        with srv.client() as c:
+            out = c.post("/generate", json={"input_ids": _repetitive(8, 1)[0],
+                                            "sampling_params": {"max_new_tokens": 24, "temperature": 0}}).json()
+            meta = out["meta_info"]
+            assert 0 < meta["spec_accepted_tokens"] <= meta["spec_proposed_tokens"], meta
+            assert meta["spec_acceptance_rate"] == meta["spec_accepted_tokens"] / meta["spec_proposed_tokens"]
+            metrics = {line.split()[0]: float(line.split()[1]) for line in c.get("/metrics").text.splitlines()
+                       if line.startswith("radixserve:spec_")}
+        assert metrics["radixserve:spec_proposed_tokens_total"] == meta["spec_proposed_tokens"]
+        assert metrics["radixserve:spec_accepted_tokens_total"] == meta["spec_accepted_tokens"]
+        assert metrics["radixserve:spec_acceptance_rate"] == pytest.approx(meta["spec_acceptance_rate"])
+        info = srv.wait_idle()["scheduler"]
+        assert info["invariants_ok"] and info["held_slots"] == 0
+    finally:
+        srv.stop()
