@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from chi2 import same_distribution
-from conftest import hf_greedy, make_engine
+from spec_helpers import greedy_three_ways
+from spec_helpers import spec_counts as _counts
+from conftest import make_engine
 from conftest import random_prompts as _prompts
 
 
@@ -52,20 +54,11 @@ def _draft_engine(tiny_dir, draft: str, **kw):
                        speculative_num_tokens=3, **kw)
 
 
-def _counts(outs) -> tuple[int, int]:
-    return (sum(o["meta_info"]["spec_proposed_tokens"] for o in outs),
-            sum(o["meta_info"]["spec_accepted_tokens"] for o in outs))
-
-
 @pytest.mark.parametrize("which", ["agreeing", "disagreeing", "self"])
 def test_greedy_equals_off_and_hf(tiny_dir, tiny_hf, plain, drafts, which):
     eng = _draft_engine(tiny_dir, tiny_dir if which == "self" else drafts[which], chunked_prefill_size=16)
-    prompts = _prompts(11, 6)
-    sp = {"max_new_tokens": 20, "temperature": 0}
-    outs = eng.generate(input_ids=prompts, sampling_params=sp)
-    ref = plain.generate(input_ids=prompts, sampling_params=sp)
-    for p, o, r in zip(prompts, outs, ref):
-        assert o["output_ids"] == r["output_ids"] == hf_greedy(tiny_hf, p, 20)
+    got, off, hf, outs = greedy_three_ways(eng, plain, tiny_hf, _prompts(11, 6), 20)
+    assert got == off == hf
     proposed, accepted = _counts(outs)
     assert proposed > 0
     if which == "self":
