@@ -108,3 +108,16 @@ def test_small_pool_with_retraction(tiny_dir, plain, drafts):
         assert s["free_slots"] + s["evictable_size"] == sched.kv.capacity
 
     eng.run_on_driver(drive)
+
+
+def test_auto_off_pauses_a_draft_that_never_agrees(tiny_dir, drafts):
+    """Without the gate every one of the 59 decode steps would verify 3 proposed tokens; it
+    pauses after 4 rejected proposals (16 steps, then 32), so only a few are verified."""
+    eng = _draft_engine(tiny_dir, drafts["disagreeing"])
+    outs = eng.generate(input_ids=_prompts(11, 4), sampling_params={"max_new_tokens": 60, "temperature": 0,
+                                                                     "ignore_eos": True})
+    for o in outs:
+        meta = o["meta_info"]
+        assert meta["completion_tokens"] == 60
+        assert 0 < meta["spec_proposed_tokens"] <= 3 * 10 and meta["spec_accepted_tokens"] <= 3, meta
+    eng.check_invariants()
