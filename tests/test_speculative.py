@@ -79,7 +79,7 @@ def test_sampled_distribution_equals_speculation_off(spec, plain):
     off = plain.generate(input_ids=prompt, sampling_params={**sp, "seed": 100000})
     assert _spec_counts(on)[0] > 0
     for pos in (1, 2, 3):
-        def cat(o):
+        def cat(o, pos=pos):
             t = o["output_ids"][pos]
             return t if t in (300, 301, 302, 303) else -1
         a, b = [cat(o) for o in on], [cat(o) for o in off]

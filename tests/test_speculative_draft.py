@@ -79,7 +79,7 @@ def test_sampled_distribution_equals_speculation_off(tiny_dir, plain, drafts):
     proposed, accepted = _counts(on)
     assert 0 < accepted < proposed, (proposed, accepted)
     for pos in (1, 2, 3):
-        def cat(o):
+        def cat(o, pos=pos):
             t, prev = o["output_ids"][pos], o["output_ids"][pos - 1]
             return "repeat" if t == prev else ("cycle" if t in (300, 301, 302, 303) else "other")
         a, b = [cat(o) for o in on], [cat(o) for o in off]

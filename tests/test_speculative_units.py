@@ -73,7 +73,7 @@ def test_continuation_reads_other_requests_text_without_touching_the_tree():
 
 
 def test_kv_manager_discards_rejected_slots():
-    kv, alloc, cache, rows = make_kv(64, 4, 32)
+    kv, _, cache, _ = make_kv(64, 4, 32)
     req = Req("r", [1, 2, 3, 4], SamplingParams(max_new_tokens=8))
     match = kv.match_and_lock(req)
     assert kv.admit(req, match, 4)
