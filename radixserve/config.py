@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Optional, get_args
 
 Quantization = Literal["auto", "none", "int8", "w8a8", "int4"]
+SpeculativeAlgorithm = Literal["none", "ngram", "draft"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,11 @@ class SchedulerConfig:
     are kept (LRU).  ``json_whitespace_pattern`` is the regex allowed between JSON tokens:
     "" (the default) gives compact JSON, where every separator is forced and jump-forward
     skips it; ``[ ]?`` is outlines-core's default (None means the same).
+
+    Speculative decoding (``radixserve/speculative/``): ``speculative_algorithm`` "ngram"
+    proposes up to ``speculative_num_tokens`` tokens per decode step from the request's own
+    text and the prefix cache, "draft" from ``speculative_draft_model`` (a smaller causal LM
+    with the target's tokenizer, run by the worker); the target verifies them in one step.
     """
 
     schedule_policy: str = "lpm"
@@ -88,6 +94,18 @@ class SchedulerConfig:
     grammar_cache_size: int = 128
     grammar_mask_cache_size: int = 1024
     json_whitespace_pattern: Optional[str] = ""
+    speculative_algorithm: SpeculativeAlgorithm = "none"
+    speculative_num_tokens: int = 4
+    speculative_draft_model: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.speculative_algorithm not in get_args(SpeculativeAlgorithm):
+            raise ValueError(f"speculative_algorithm: unknown {self.speculative_algorithm!r} "
+                             f"({', '.join(get_args(SpeculativeAlgorithm))})")
+        if self.speculative_algorithm != "none" and not 1 <= self.speculative_num_tokens <= 16:
+            raise ValueError("speculative_num_tokens: must be in [1, 16]")
+        if self.speculative_algorithm == "draft" and not self.speculative_draft_model:
+            raise ValueError("speculative_draft_model: required with speculative_algorithm='draft'")
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,17 @@ class Metrics:
         self.running = Gauge(p + "num_running_reqs", "Running requests", registry=r)
         self.queued = Gauge(p + "num_queued_reqs", "Waiting requests", registry=r)
         self.kv_usage = Gauge(p + "kv_slot_usage", "Share of KV slots not free (running + cached)", registry=r)
+        self.spec_proposed = Counter(p + "spec_proposed_tokens", "Speculative tokens proposed and verified",
+                                     registry=r)
+        self.spec_accepted = Counter(p + "spec_accepted_tokens", "Speculative tokens accepted by the target",
+                                     registry=r)
+        self.spec_rate = Gauge(p + "spec_acceptance_rate", "Accepted / proposed speculative tokens (finished requests)",
+                               registry=r)
+        self._spec_totals = [0, 0]  # proposed, accepted: the gauge's ratio
         self.cache_hit_rate = Gauge(p + "cache_hit_rate", "Prefix cache hit rate (tokens)", registry=r)
 
-    def observe_finish(self, finish_type: str, prompt: int, completion: int, cached: int, e2e: float) -> None:
+    def observe_finish(self, finish_type: str, prompt: int, completion: int, cached: int, e2e: float,
+                       spec_proposed: int = 0, spec_accepted: int = 0) -> None:
         self.requests.labels(finish_type=finish_type).inc()
         if finish_type == "abort":
             self.aborts.inc()
@@ -43,6 +51,12 @@ class Metrics:
         self.generation_tokens.inc(completion)
         self.cached_tokens.inc(cached)
         self.e2e.observe(e2e)
+        if spec_proposed:
+            self.spec_proposed.inc(spec_proposed)
+            self.spec_accepted.inc(spec_accepted)
+            self._spec_totals[0] += spec_proposed
+            self._spec_totals[1] += spec_accepted
+            self.spec_rate.set(self._spec_totals[1] / self._spec_totals[0])
 
     def observe_stats(self, s: SchedulerStats) -> None:
         self.running.set(s.running)

@@ -33,6 +33,8 @@ class OutputState:
     finish_reason: Optional[dict] = None
     cached_tokens: int = 0
     queue_time: Optional[float] = None
+    spec_proposed: int = 0
+    spec_accepted: int = 0
     output_logprobs: list[TokenLogprob] = field(default_factory=list)
     input_logprobs: list[Optional[TokenLogprob]] = field(default_factory=list)
     created: float = field(default_factory=time.perf_counter)
@@ -52,6 +54,7 @@ class OutputState:
         self.output_ids.extend(out.new_ids)
         self.text = out.final_text if out.final_text is not None else self.text + out.text
         self.cached_tokens = out.cached_tokens
+        self.spec_proposed, self.spec_accepted = out.spec_proposed, out.spec_accepted
         if out.queue_time is not None:
             self.queue_time = out.queue_time
         self.output_logprobs.extend(out.new_output_logprobs)
@@ -69,7 +72,10 @@ class OutputState:
         meta: dict[str, Any] = {
             "id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": len(self.input_ids),
             "completion_tokens": len(self.output_ids), "cached_tokens": self.cached_tokens,
+            "spec_proposed_tokens": self.spec_proposed, "spec_accepted_tokens": self.spec_accepted,
         }
+        if self.spec_proposed:
+            meta["spec_acceptance_rate"] = self.spec_accepted / self.spec_proposed
         if self.finish_reason is not None:
             meta["e2e_latency"] = time.perf_counter() - self.created
         if not self.return_logprob:

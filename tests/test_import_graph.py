@@ -262,6 +262,7 @@ LAYERS: list[set[str]] = [
     {"radixserve.kernels"},
     {"radixserve.attention"},
     {"radixserve.model"},
+    {"radixserve.speculative"},
     {"radixserve.worker"},
     {"radixserve.scheduler"},
     {"radixserve.detokenizer"},

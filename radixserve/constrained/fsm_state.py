@@ -68,6 +68,24 @@ class GrammarState:
             except (ValueError, RuntimeError):
                 self.guide = None
 
+    def masks_along(self, tokens: list[int], ignore_eos: bool = False) -> tuple[list[int], np.ndarray]:
+        """Speculative decoding: the longest prefix of ``tokens`` the grammar accepts from the
+        current state (cut at the first rejected token or EOS), and the allowed-token masks
+        ``[len(prefix) + 1, vocab]`` before each of its tokens and after the last.  Changes
+        nothing (states are walked on a scratch copy, masks built without the guide)."""
+        g, state = self.grammar, self.state
+        masks = [self.mask(ignore_eos)]
+        kept: list[int] = []
+        for t in tokens:
+            nxt = g.next_state(state, t) if masks[-1][t] and not g.vocab.eos_mask[t] else None
+            if nxt is None:
+                break
+            kept.append(t)
+            state = nxt
+            m = g.info(state)[0]
+            masks.append(m & ~g.vocab.eos_mask if ignore_eos and g.is_final(state) else m)
+        return kept, np.stack(masks)
+
     def outcome(self) -> Optional[str]:
         if self._info()[2]:
             return None

@@ -83,6 +83,8 @@ class ReqOutput:
     cached_tokens: int = 0
     completion_tokens: int = 0
     queue_time: Optional[float] = None  # seconds waited before the first admission (first message)
+    spec_proposed: int = 0  # speculative decoding: proposed tokens verified so far (cumulative)
+    spec_accepted: int = 0  # of which the target accepted (cumulative)
     new_output_logprobs: list[TokenLogprob] = field(default_factory=list)
     input_logprobs: Optional[list[Optional[TokenLogprob]]] = None  # final message only
     skip_special_tokens: bool = True

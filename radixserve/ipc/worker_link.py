@@ -44,7 +44,13 @@ class StepReq:
     logprob_targets: Optional[np.ndarray] = None
     return_logprob: bool = False
     top_logprobs_num: int = 0
-    vocab_mask: Optional[np.ndarray] = None  # bool [vocab] allowed tokens (constrained decoding)
+    # bool [vocab] allowed tokens (constrained decoding); [num_draft + 1, vocab] when speculating
+    vocab_mask: Optional[np.ndarray] = None
+    # speculative decoding: the last ``num_draft`` of ``input_ids`` are proposed tokens to verify
+    # (``sample`` is then True); the reply's ``spec_ids`` are those accepted, ``next_token`` the
+    # target's own token after them (radixserve/speculative/verify.py)
+    num_draft: int = 0
+    draft_by_worker: bool = False  # the worker's draft model writes the proposed tokens first
 
 
 @dataclass
@@ -67,6 +73,8 @@ class StepOutput:
     next_token: Optional[int] = None
     next_logprob: Optional[TokenLogprob] = None
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+    spec_ids: list[int] = field(default_factory=list)  # accepted proposed tokens, before next_token
+    spec_logprobs: list[TokenLogprob] = field(default_factory=list)  # theirs, when return_logprob
 
 
 @dataclass

@@ -16,13 +16,15 @@ from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler, Worker
 from radixserve.scheduler.stop import StopChecker
+from radixserve.speculative.strategy import make_speculator
 
 
 def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokenizer: Any) -> Scheduler:
     """A ``Scheduler`` driving ``worker`` with the pool sizes ``info`` reports."""
     kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache)
     stops = StopChecker(eos_token_ids(tokenizer, info.hf_dir), tokenizer)
-    return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size)
+    return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size,
+                     make_speculator(cfg.scheduler.speculative_algorithm))
 
 
 def new_req(msg: TokenizedRequest) -> Req:

@@ -10,7 +10,8 @@ and the prefix cache behind it, and of a request's ``row``, ``cached_len`` and `
 single-threaded: the scheduler thread only.
 A request holds a row from ``admit`` until ``release``; slots allocated past ``kv_len``
 (``admit``, ``alloc_extend``, ``alloc_decode``) become computed when the caller advances
-``kv_len`` after the step, or go back with ``free_tail`` when the step does not run.
+``kv_len`` after the step, or go back with ``free_tail`` when the step does not run (and
+with ``discard_rejected`` when a speculative step computed tokens that were not kept).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence
 import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
+from radixserve.mem_cache.continuation import continuation
 from radixserve.mem_cache.invariants import check_memory_invariants
 from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
 from radixserve.mem_cache.prefix_cache import PrefixCache
@@ -146,6 +148,21 @@ class KVManager:
         """Return slots allocated for ``n`` positions after ``kv_len`` that were never used."""
         row = self._rows.table[req.row]
         self._allocator.free(row[req.kv_len: req.kv_len + n].long().clone())
+
+    def discard_rejected(self, req: Req, n: int) -> None:
+        """Speculative decoding: the step computed ``n`` positions after ``kv_len`` that the
+        target rejected (or a stop cut off).  The caller has advanced ``kv_len`` past the kept
+        tokens; their slots go back to the allocator at once and the row forgets them."""
+        if n > 0:
+            self.free_tail(req, n)
+            self._rows.table[req.row, req.kv_len: req.kv_len + n] = 0
+
+    def continuation(self, req: Req, n: int) -> list[int]:
+        """Up to ``n`` tokens the prefix cache holds right after ``req``'s text (read-only: no
+        lock, split or LRU stamp changes)."""
+        if req.last_node is None:
+            return []
+        return continuation(req.last_node, req.fill_ids[req.cached_len:], n)
 
     def _alloc(self, n: int) -> Optional[torch.Tensor]:
         self.make_room(n)

@@ -1,6 +1,8 @@
 """Turns a scheduled request into the per-step delta the worker executes."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
@@ -8,17 +10,21 @@ from radixserve.ipc.worker_link import ReqInit, StepReq
 from radixserve.scheduler.req import Req
 
 
-def make_step_req(req: Req, row: torch.Tensor, n: int, eos_ids: tuple[int, ...]) -> StepReq:
-    """The next ``n`` tokens of ``req`` (from ``req.kv_len``) with the slots already written
-    to ``row``.  The first step on a worker also carries the prefix slots and the sampling
-    state; prompt-logprob rows and their target ids are attached while the prompt is being
+def make_step_req(req: Req, row: torch.Tensor, n: int, eos_ids: tuple[int, ...],
+                  draft: Sequence[int] = (), drafts_in_worker: bool = False) -> StepReq:
+    """The next ``n`` tokens of ``req`` (from ``req.kv_len``), then the proposed ``draft``
+    tokens to verify (speculative decoding; placeholders that the worker's draft model
+    overwrites when ``drafts_in_worker``), with the slots already written to ``row``.
+    The first step on a worker also carries the prefix slots and the sampling state;
+    prompt-logprob rows and their target ids are attached while the prompt is being
     prefilled."""
     start = req.kv_len
-    ids = req.fill_ids[start: start + n]
+    ids = req.fill_ids[start: start + n] + list(draft)
     sample = start + n == req.fill_len and req.remaining_new_tokens() > 0
     sr = StepReq(req.rid, req.row, start, np.asarray(ids, dtype=np.int64),
-                 row[start: start + n].numpy().astype(np.int64), sample, len(req.output_ids),
-                 return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num)
+                 row[start: start + len(ids)].numpy().astype(np.int64), sample, len(req.output_ids),
+                 return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num, num_draft=len(draft),
+                 draft_by_worker=drafts_in_worker and bool(draft))
     if not req.on_worker or req.resync:
         req.resync = False
         sr.prefix_slots = row[:start].numpy().astype(np.int64)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from radixserve.constrained.fsm_state import GrammarState
 from radixserve.ipc.worker_link import TokenLogprob
@@ -53,6 +53,9 @@ class Req:
     started: bool = False
     sent_ids: int = 0
     sent_lps: int = 0
+    spec_state: Any = None  # the speculator's per-request state (radixserve/speculative/strategy.py)
+    spec_proposed: int = 0  # proposed tokens verified so far
+    spec_accepted: int = 0  # of which the target accepted
 
     @property
     def fill_ids(self) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from radixserve.config import SchedulerConfig
 from radixserve.constrained.manager import GrammarManager, has_constraint
@@ -24,7 +24,9 @@ from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.plan import make_step_req
 from radixserve.scheduler.req import Req
+from radixserve.scheduler.spec_steps import apply_verified, propose_drafts
 from radixserve.scheduler.stop import StopChecker
+from radixserve.speculative.strategy import NoSpeculation, Speculator
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +37,9 @@ class Worker(Protocol):
 
 class Scheduler:
     def __init__(self, cfg: SchedulerConfig, worker: Worker, kv: KVManager, context_len: int,
-                 stop_checker: StopChecker, vocab_size: int) -> None:
+                 stop_checker: StopChecker, vocab_size: int, spec: Optional[Speculator] = None) -> None:
         self.cfg = cfg
+        self.spec: Speculator = spec or NoSpeculation()  # proposes tokens for decode steps to verify
         self.worker = worker
         self.kv = kv
         self.context_len = context_len
@@ -107,7 +110,8 @@ class Scheduler:
                 self.grammars.wait(0.05)  # nothing else to run: sleep until a compilation ends
             return touched
         result = self.worker.step(plan)
-        return touched + self._process(plan, batch, result, cache=not forced)
+        verify = any(r.num_draft for r in plan.reqs)  # decode-ready tokens only: nothing to cache yet
+        return touched + self._process(plan, batch, result, cache=not forced and not verify)
 
     def _grammars_ready(self) -> list[Req]:
         ready, failed = self.grammars.ready()
@@ -148,10 +152,10 @@ class Scheduler:
             return None, None
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
 
-    def _step_req(self, req: Req, n: int) -> StepReq:
-        sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids)
-        if req.grammar is not None and sr.sample:
-            sr.vocab_mask = self.grammars.mask(req)
+    def _step_req(self, req: Req, n: int, draft: Sequence[int] = (), masks: Any = None) -> StepReq:
+        sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids, draft, self.spec.drafts_in_worker)
+        if req.grammar is not None and sr.sample:  # one mask per verified row when speculating
+            sr.vocab_mask = masks if masks is not None else self.grammars.mask(req)
         return sr
 
     def _forced_plan(self):
@@ -193,9 +197,15 @@ class Scheduler:
             self._retract(victim)
         if not ready:
             return None, None, touched
+        self.ratio = max(self.cfg.new_token_ratio, self.ratio - 0.002)
+        drafts = propose_drafts(ready, self.spec, kv, self.cfg.speculative_num_tokens, self.context_len)
+        if drafts is not None:  # a verify step: an extend over each last token and its proposal
+            batch = [(r, 1 + len(d.tokens)) for r, d in zip(ready, drafts)]
+            assert kv.alloc_extend(batch), "propose_drafts fits the proposals in the free slots"
+            reqs = [self._step_req(r, 1, d.tokens, d.masks) for r, d in zip(ready, drafts)]
+            return StepPlan(False, reqs, self._take_release()), batch, touched
         kv.alloc_decode(ready)
         reqs = [self._step_req(req, 1) for req in ready]
-        self.ratio = max(self.cfg.new_token_ratio, self.ratio - 0.002)
         return StepPlan(True, reqs, self._take_release()), [(r, 1) for r in ready], touched
 
     def _retract(self, req: Req) -> None:
@@ -217,8 +227,16 @@ class Scheduler:
     # ------------------------------------------------------------------ results
     def _process(self, plan: StepPlan, batch, result: StepResult, cache: bool = True) -> list[Req]:
         touched = []
-        for (req, n), out in zip(batch, result.outputs):
+        for (req, n), sr, out in zip(batch, plan.reqs, result.outputs):
             if req.finished:  # aborted while the step ran
+                continue
+            if sr.num_draft:
+                if apply_verified(req, sr.num_draft, out, self.kv, self.stops, self.spec, self.grammars,
+                                  self.cfg.enable_jump_forward):
+                    self._forced.append(req)
+                if req.finished:
+                    self._retire(req)
+                touched.append(req)
                 continue
             req.kv_len += n
             req.input_logprobs.extend(out.prompt_logprobs)

@@ -215,4 +215,4 @@ class TokenizerManager:
                 m.itl.observe((now - st.last_token_time) / len(out.new_ids))
         if out.finish_reason is not None:
             m.observe_finish(out.finish_reason.get("type", "unknown"), len(st.input_ids), out.completion_tokens,
-                             out.cached_tokens, now - st.created)
+                             out.cached_tokens, now - st.created, out.spec_proposed, out.spec_accepted)

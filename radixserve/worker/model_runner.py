@@ -21,6 +21,8 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.worker.numerics_choice import resolve_numerics
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
+from radixserve.worker.draft_runner import DraftRunner, NoDraft
+from radixserve.worker.spec_verify import verify_drafts
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,11 @@ class ModelRunner:
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
         self.states: dict[str, ReqSamplingState] = {}
+        # speculative decoding with a draft model: mirrors every forward, proposes when asked
+        self.draft = NoDraft() if sched_cfg.speculative_algorithm != "draft" else DraftRunner(
+            sched_cfg.speculative_draft_model, self.vocab_size, self.dtype, self.device, num_slots,
+            self.context_len + 1, cache_cfg.attention_backend)
+        self._draft_q: dict[str, Any] = {}  # this step's draft distributions, by rid
 
     # ------------------------------------------------------------------ one step
     def step(self, plan: StepPlan) -> StepResult:
@@ -108,6 +115,10 @@ class ModelRunner:
         # write the new slots into this worker's request->token table in one scatter
         table.index_put_((rows_t.repeat_interleave(lens_t).to(dev), pos_t.to(dev)), locs_t.to(dev, torch.int32))
         start_loc = torch.cumsum(lens_t, 0) - lens_t
+        drafted = [r for r in plan.reqs if r.draft_by_worker]
+        if drafted:  # fills their proposed tokens in place, before the ids are gathered below
+            qs = self.draft.propose(drafted, [self.states[r.rid] for r in drafted], table, self.sampler)
+            self._draft_q = {r.rid: q for r, q in zip(drafted, qs)}
         batch = ForwardBatch(
             mode=ForwardMode.DECODE if plan.decode else ForwardMode.EXTEND,
             input_ids=torch.from_numpy(np.concatenate(ids).astype(np.int64)).to(dev),
@@ -131,6 +142,8 @@ class ModelRunner:
             first = len(logit_rows)
             if r.logprob_from >= 0:
                 logit_rows.extend(range(offset + r.logprob_from, offset + n))
+            elif r.num_draft:  # the verified rows: the last token's and each proposed token's
+                logit_rows.extend(range(offset + n - r.num_draft - 1, offset + n))
             elif r.sample:
                 logit_rows.append(offset + n - 1)
             spans.append((first, len(logit_rows)))
@@ -139,8 +152,10 @@ class ModelRunner:
         self.backend.init_forward_metadata(batch)
         if not logit_rows:
             self.model(batch, self.backend, torch.empty(0, dtype=torch.int64, device=dev))
+            self.draft.mirror(batch)
             return StepResult(outputs)
         logits = self.model(batch, self.backend, torch.tensor(logit_rows, dtype=torch.int64, device=dev))
+        self.draft.mirror(batch)
         self._prompt_logprobs(plan, logits, spans, outputs)
         self._sample(plan, logits, spans, outputs)
         return StepResult(outputs)
@@ -161,7 +176,12 @@ class ModelRunner:
                 out.prompt_logprobs.append(TokenLogprob(chosen_l[j], t, alts))
 
     def _sample(self, plan: StepPlan, logits: torch.Tensor, spans, outputs) -> None:
-        picks = [i for i, r in enumerate(plan.reqs) if r.sample]
+        for i, r in enumerate(plan.reqs):
+            if r.num_draft:
+                a, b = spans[i]
+                verify_drafts(self.sampler, r, self.states[r.rid], logits[a:b], outputs[i],
+                              self._draft_q.pop(r.rid, None))
+        picks = [i for i, r in enumerate(plan.reqs) if r.sample and not r.num_draft]
         if not picks:
             return
         rows = torch.tensor([spans[i][1] - 1 for i in picks], dtype=torch.int64, device=logits.device)

@@ -87,26 +87,36 @@ class Sampler:
         if not sampled:
             return out
         idx = torch.tensor(sampled, device=logits.device)
-        sub = logits.index_select(0, idx)
-        temps = torch.tensor([states[i].params.temperature for i in sampled], device=logits.device)
-        probs = torch.softmax(sub / temps.unsqueeze(1), dim=-1)
-        probs = self._filter(probs, [states[i].params for i in sampled])
+        probs = self.probs(logits.index_select(0, idx), [states[i] for i in sampled])
         noise = torch.empty_like(probs)
         unseeded = []
         for j, i in enumerate(sampled):
-            seed = states[i].seed
-            if seed is None:
+            if states[i].seed is None:
                 unseeded.append(j)
                 continue
-            g = torch.Generator(device=logits.device)
-            g.manual_seed(_mix(seed, num_outputs[i]))
-            noise[j].exponential_(generator=g)
+            noise[j].exponential_(generator=self.generator_for(states[i], num_outputs[i]))
         if unseeded:
             u = torch.tensor(unseeded, device=logits.device)
             noise.index_copy_(0, u, torch.empty(len(unseeded), probs.shape[1], device=logits.device)
                               .exponential_(generator=self.generator))
         out.index_copy_(0, idx, torch.argmax(probs / noise, dim=-1))
         return out
+
+    def probs(self, logits: torch.Tensor, states: list[ReqSamplingState]) -> torch.Tensor:
+        """The sampling distributions ``[B, V]`` of processed logits of non-greedy rows:
+        temperature, then top-k, top-p and min-p (zeroed, not renormalised)."""
+        temps = torch.tensor([st.params.temperature for st in states], device=logits.device)
+        probs = torch.softmax(logits / temps.unsqueeze(1), dim=-1)
+        return self._filter(probs, [st.params for st in states])
+
+    def generator_for(self, state: ReqSamplingState, num_output: int) -> torch.Generator:
+        """The randomness of a request's output token number ``num_output``: a generator seeded
+        with (seed, step) for a seeded request, else the sampler's shared one."""
+        if state.seed is None:
+            return self.generator
+        g = torch.Generator(device=self.device)
+        g.manual_seed(_mix(state.seed, num_output))
+        return g
 
     @staticmethod
     def _filter(probs: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
