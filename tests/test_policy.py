@@ -142,3 +142,37 @@ def test_memory_blocked_preempts_until_it_fits():
     # even retracting all three could not fit a 200-token prompt: retract nothing
     big = req("big", priority=1, prompt=200)
     assert preemption_victims([big], running, FakeCache({}, available=10), cfg, 0.5, 2048, 0.0) == []
+
+
+# ---------------------------------------------------------------- on the real scheduler
+def test_scheduler_admits_an_overdue_miss_next(tiny_dir):
+    """One request runs at a time; a miss queued with five hits at t=0 is admitted last at
+    t=0.5 (plain LPM order) but next once the fake clock passes the 1 s bound."""
+    from conftest import make_engine
+
+    eng = make_engine(tiny_dir, max_running_requests=1, max_queue_wait_s=1.0)
+    prefix = list(range(5000, 5040))
+    eng.generate(input_ids=prefix + [7], sampling_params={"max_new_tokens": 0})  # cache the prefix
+    prompts = [list(range(6000, 6045))] + [prefix + [100 + i] * 5 for i in range(5)]
+    reqs, _ = eng.make_requests(None, {"max_new_tokens": 2, "temperature": 0, "ignore_eos": True}, prompts,
+                                False, -1, 0)
+
+    def admission_order(sched, late_step: int) -> list[str]:
+        now = [0.0]
+        sched.clock = lambda: now[0]
+        for r in reqs:
+            sched.add_request(r)
+        order, steps = [], 0
+        now[0] = 0.5
+        while sched.has_work():
+            sched.step()
+            steps += 1
+            if steps == late_step:
+                now[0] = 2.0
+            order += [r.rid for r in sched.running if r.rid not in order]
+        sched.check_invariants()
+        return order
+
+    order = eng.run_on_driver(lambda s: admission_order(s, late_step=1))
+    assert order[0] != reqs[0].rid and order[1] == reqs[0].rid, order
+    eng.shutdown()
