@@ -52,7 +52,7 @@ def gen(name: Optional[str] = None, max_tokens: Optional[int] = None, min_tokens
     Unset arguments fall back to the run's defaults.  With ``choices`` it is a ``select``;
     ``dtype`` (int, float, str, bool) constrains the output as dtypes.py says."""
     if choices:
-        return select(name, choices, temperature, choices_method)
+        return select(name, choices, temperature, choices_method, sampling.get("priority"))
     if n not in (None, 1):
         raise ValueError("gen: n > 1 is not supported inside a program (use s.fork(n))")
     given = {k: v for k, v in locals().items() if k in SAMPLING_FIELDS and k != "choices"}
@@ -77,17 +77,18 @@ def gen_string(name: Optional[str] = None, max_tokens: Optional[int] = None, n: 
 
 
 def select(name: Optional[str] = None, choices: Optional[list[str]] = None, temperature: Optional[float] = 0.0,
-           choices_method: Union[str, ChoicesSamplingMethod, None] = None) -> Expr:
+           choices_method: Union[str, ChoicesSamplingMethod, None] = None, priority: Optional[int] = None) -> Expr:
     """Append the most likely of ``choices`` and store it in ``name``.  ``choices_method`` is
     token_length_normalized (default), greedy_token_selection or
     unconditional_likelihood_normalized (objects or names, see choice_scoring.py).
     The choice is scored exactly, so ``temperature`` must be 0 (or None), as SGLang's
-    /generate backend requires."""
+    /generate backend requires.  ``priority`` (default: the run's) goes with every request
+    the scoring sends."""
     if not choices or not all(isinstance(c, str) and c for c in choices):
         raise ValueError("select: choices must be a non-empty list of non-empty strings")
     if temperature is not None and temperature > 1e-5:
         raise ValueError(f"select: temperature must be 0, choices are scored exactly (got {temperature})")
-    return Select(name, list(choices), resolve(choices_method))
+    return Select(name, list(choices), resolve(choices_method), priority)
 
 
 def image(expr: Any) -> Expr:

@@ -97,7 +97,8 @@ class StreamExecutor:
         elif isinstance(op, Gen):
             self._gen(op)
         elif isinstance(op, Select):
-            index, meta = run_select(self.backend, self.text(), op.choices, resolve(op.method))
+            priority = op.priority if op.priority is not None else self.defaults.priority
+            index, meta = run_select(self.backend, self.text(), op.choices, resolve(op.method), priority)
             self._commit(op.name, op.choices[index], op.choices[index], meta)
         elif isinstance(op, VarScopeBegin):
             with self.cond:

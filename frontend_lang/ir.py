@@ -45,6 +45,7 @@ class Select(Expr):
     name: Optional[str]
     choices: list[str]
     method: Any = None  # a ChoicesSamplingMethod; None means token_length_normalized
+    priority: Optional[int] = None  # None: the run's default priority, if any
 
 
 @dataclass

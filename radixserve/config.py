@@ -59,7 +59,13 @@ class SchedulerConfig:
     """Batching policy.
 
     ``schedule_policy``: "lpm" (longest prefix match; falls back to FCFS when the queue is
-    longer than ``lpm_queue_limit``) or "fcfs".
+    longer than ``lpm_queue_limit``) or "fcfs".  Under "lpm" a request that has waited
+    ``max_queue_wait_s`` seconds or more goes ahead of every request that has not (FCFS among
+    such requests), so a cache miss is passed over for at most that long; <= 0 is plain LPM.
+    Higher ``SamplingParams.priority`` is admitted first under either policy; with
+    ``enable_priority_preemption`` a running request of lower priority is retracted (its
+    computed KV stays cached) when rows or memory keep a higher one waiting
+    (``scheduler/policy.py``, ``scheduler/preemption.py``).
     ``chunked_prefill_size``: the most prompt tokens of one request prefilled in a step
     (None or <= 0 disables chunking).  ``max_prefill_tokens`` caps the tokens of one
     extend step over all requests.  ``new_token_ratio`` is the share of each request's
@@ -87,6 +93,8 @@ class SchedulerConfig:
     new_token_ratio: float = 0.5
     lpm_queue_limit: int = 128
     in_batch_prefix_threshold: int = 32
+    max_queue_wait_s: float = 1.0
+    enable_priority_preemption: bool = False
     enable_jump_forward: bool = True
     grammar_compile_timeout: float = 30.0
     grammar_compile_workers: int = 1

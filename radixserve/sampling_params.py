@@ -37,6 +37,11 @@ class SamplingParams:
     processor, which is refused at the request level), ``stream_interval`` (every step is
     streamed) and ``spaces_between_special_tokens`` (see ``IncrementalDecoder``).  Refused
     when set (ValueError naming the field): ``ebnf``, ``structural_tag``.
+
+    ``priority`` (an int, default 0) is the one scheduling field: higher is admitted first
+    (``scheduler/policy.py``).  It lives here because every front end (native, OpenAI,
+    ``frontend_lang``, ``Engine``) derives its request fields from this class; SGLang's
+    top-level ``priority`` of /generate maps onto it.
     """
 
     max_new_tokens: int = 128
@@ -68,6 +73,7 @@ class SamplingParams:
     stream_interval: Optional[int] = None
     ebnf: Optional[str] = None
     structural_tag: Optional[str] = None
+    priority: int = 0
 
     @classmethod
     def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
@@ -109,7 +115,7 @@ class SamplingParams:
         def is_num(x: Any) -> bool:
             return isinstance(x, (int, float)) and not isinstance(x, bool)
 
-        for name in ("max_new_tokens", "min_new_tokens", "top_k", "n"):
+        for name in ("max_new_tokens", "min_new_tokens", "top_k", "n", "priority"):
             if not is_int(getattr(self, name)):
                 bad(name, "must be an integer")
         for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):

@@ -25,18 +25,21 @@ class Backend(ABC):
         calls it with the cumulative output text as it grows."""
 
     @abstractmethod
-    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None) -> None:
+    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None,
+                     priority: Optional[int] = None) -> None:
         """Prefill ``text`` (or ``input_ids``) with max_new_tokens 0 so later requests that start
-        with it hit the prefix cache (a prefix hint)."""
+        with it hit the prefix cache (a prefix hint); ``priority`` None is the server's default."""
 
     @abstractmethod
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, exactly as a /generate ``text`` prompt is tokenized."""
 
     @abstractmethod
-    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int) -> list[list[TokenLogprob]]:
+    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int,
+                        priority: Optional[int] = None) -> list[list[TokenLogprob]]:
         """For each prompt, (logprob, token id) of every position from ``logprob_start_len`` on
-        (logprob None at position 0), from one batched prefill that generates nothing."""
+        (logprob None at position 0), from one batched prefill that generates nothing, at
+        ``priority`` (None: the server's default)."""
 
     @abstractmethod
     def chat_template(self) -> ChatTemplate:
@@ -52,6 +55,11 @@ class Backend(ABC):
 
     def shutdown(self) -> None:
         """Release connections / threads; the backend is unusable afterwards."""
+
+
+def with_priority(sampling_params: dict[str, Any], priority: Optional[int]) -> dict[str, Any]:
+    """``sampling_params`` plus ``priority`` when one is given."""
+    return sampling_params if priority is None else {**sampling_params, "priority": priority}
 
 
 def finish_error(meta: dict[str, Any]) -> Optional[str]:

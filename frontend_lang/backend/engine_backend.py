@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
-from frontend_lang.backend.base import Backend, TokenLogprob, finish_error
+from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, with_priority
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.errors import BackendError
 
@@ -71,15 +71,17 @@ class EngineBackend(Backend):
         for key in ("input_token_logprobs", "output_token_logprobs"):
             meta[key] = fill(meta[key])
 
-    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None) -> None:
-        self._run(text, {"max_new_tokens": 0}, input_ids=input_ids)
+    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None,
+                     priority: Optional[int] = None) -> None:
+        self._run(text, with_priority({"max_new_tokens": 0}, priority), input_ids=input_ids)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         return [list(self.engine.tokenizer.encode(t)) for t in texts]
 
-    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int) -> list[list[TokenLogprob]]:
-        outs = self._run(None, {"max_new_tokens": 0}, input_ids=[list(i) for i in input_ids], return_logprob=True,
-                         logprob_start_len=logprob_start_len)
+    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int,
+                        priority: Optional[int] = None) -> list[list[TokenLogprob]]:
+        outs = self._run(None, with_priority({"max_new_tokens": 0}, priority), input_ids=[list(i) for i in input_ids],
+                         return_logprob=True, logprob_start_len=logprob_start_len)
         return [[(e[0], e[1]) for e in o["meta_info"]["input_token_logprobs"]] for o in outs]
 
     def chat_template(self) -> ChatTemplate:

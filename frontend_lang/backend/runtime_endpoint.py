@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 import httpx
 
-from frontend_lang.backend.base import Backend, TokenLogprob, finish_error
+from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, with_priority
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.errors import BackendError
 
@@ -96,16 +96,20 @@ class RuntimeEndpoint(Backend):
             raise BackendError(aborted)
         return out.get("text", ""), meta
 
-    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None) -> None:
+    def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None,
+                     priority: Optional[int] = None) -> None:
         prompt = {"text": text} if input_ids is None else {"input_ids": input_ids}
-        self._request("POST", "/generate", {**prompt, "sampling_params": {"max_new_tokens": 0}})
+        params = with_priority({"max_new_tokens": 0}, priority)
+        self._request("POST", "/generate", {**prompt, "sampling_params": params})
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         return self._request("POST", "/tokenize", {"text": list(texts)})["input_ids"]
 
-    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int) -> list[list[TokenLogprob]]:
+    def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int,
+                        priority: Optional[int] = None) -> list[list[TokenLogprob]]:
         outs = self._request("POST", "/generate", {
-            "input_ids": [list(ids) for ids in input_ids], "sampling_params": {"max_new_tokens": 0},
+            "input_ids": [list(ids) for ids in input_ids],
+            "sampling_params": with_priority({"max_new_tokens": 0}, priority),
             "return_logprob": True, "logprob_start_len": logprob_start_len})
         if isinstance(outs, dict):
             outs = [outs]

@@ -18,9 +18,18 @@ from radixserve.scheduler.policy import InBatchPrefixFilter, order_waiting
 from radixserve.scheduler.req import Req
 
 
+def fits(n: int, future: float, reserve: float, available: int, busy: bool) -> bool:
+    """Whether a chunk of ``n`` tokens, with ``future`` tokens still to come for it, may be
+    admitted now: the chunk must fit, and while anything runs or was admitted in this round,
+    also the future tokens plus what the others ``reserve``."""
+    return n <= available and (not busy or n + future + reserve <= available)
+
+
 def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: SchedulerConfig, ratio: float,
-                  batch: list[tuple[Req, int]], token_budget: int, chunk: int, reserve: float) -> Optional[Req]:
-    """Admit waiting requests in policy order until the batch, the token budget or memory is full.
+                  batch: list[tuple[Req, int]], token_budget: int, chunk: int, reserve: float,
+                  now: Optional[float] = None) -> Optional[Req]:
+    """Admit waiting requests in policy order (``order_waiting`` at time ``now``) until the
+    batch, the token budget or memory is full.
 
     Mutates: an admitted request moves from ``waiting`` to ``running`` (status RUNNING) with a
     row holding its cached prefix (locked) and ``n`` new slots, and ``(req, n)`` is appended to
@@ -28,7 +37,7 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
     was cut at ``chunk`` (the caller continues it as the chunked request), or None.
     """
     in_batch = InBatchPrefixFilter(cfg.in_batch_prefix_threshold if cfg.schedule_policy == "lpm" else 0)
-    for req in order_waiting(list(waiting), kv, cfg.schedule_policy, cfg.lpm_queue_limit):
+    for req in order_waiting(list(waiting), kv, cfg.schedule_policy, cfg.lpm_queue_limit, cfg.max_queue_wait_s, now):
         if len(running) >= cfg.max_running_requests or token_budget <= 0:
             break
         match = kv.match_and_lock(req)
@@ -38,8 +47,7 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
         extend = req.fill_len - match.length
         n = min(extend, chunk, token_budget)
         future = req.remaining_new_tokens() * ratio + (extend - n)
-        busy = bool(running) or bool(batch)
-        if n > kv.available() or (busy and n + future + reserve > kv.available()):
+        if not fits(n, future, reserve, kv.available(), bool(running) or bool(batch)):
             kv.unlock(match)
             break
         admitted = kv.admit(req, match, n)

@@ -1,12 +1,19 @@
-"""Waiting-queue ordering: longest prefix match (falling back to FCFS) or FCFS."""
+"""Waiting-queue ordering: priority, then longest prefix match with a wait bound, or FCFS.
+
+Contract: ``order_waiting`` only reorders (every waiting request appears once) and is a pure
+function of the requests, their cached-prefix lengths and ``now``; with equal priorities
+and no request past the wait bound it is the plain LPM (or FCFS) order.
+"""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Optional, Protocol
 
 import torch
 
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.scheduler.req import Req
+
+POLICIES = ("lpm", "fcfs")
 
 
 class PrefixLengths(Protocol):
@@ -15,23 +22,39 @@ class PrefixLengths(Protocol):
         ...
 
 
-def order_waiting(waiting: list[Req], kv: PrefixLengths, policy: str, lpm_queue_limit: int) -> list[Req]:
+def order_waiting(waiting: list[Req], kv: PrefixLengths, policy: str, lpm_queue_limit: int,
+                  max_queue_wait_s: float = 0.0, now: Optional[float] = None) -> list[Req]:
     """Return the waiting requests in admission order.
 
-    ``lpm`` sorts by the length of the cached prefix (longest first, FCFS among equals);
-    past ``lpm_queue_limit`` waiting requests the tree walks cost more than they save, so
-    it falls back to FCFS, as SGLang does.  Without a prefix cache every length is 0, so
-    ``lpm`` keeps the FCFS order.
+    Higher ``sampling.priority`` first (a stable sort: equal priorities keep the order below).
+    ``lpm`` sorts by the length of the cached prefix (longest first, FCFS among equals), except
+    that requests that have waited ``max_queue_wait_s`` or more (``now - arrival``; <= 0 or
+    ``now`` None: never) go first, oldest first: so LPM passes a request over for at most
+    that long.  Past ``lpm_queue_limit`` waiting requests the tree walks cost more than they
+    save, so it falls back to FCFS, as SGLang does.  Without a prefix cache every length is
+    0, so ``lpm`` keeps the FCFS order.
     """
-    if policy == "fcfs" or len(waiting) > lpm_queue_limit:
-        return list(waiting)
-    if policy != "lpm":
+    if policy not in POLICIES:
         raise ValueError(f"schedule_policy: unknown policy {policy!r} (lpm|fcfs)")
-    scored = []
+    if policy == "fcfs" or len(waiting) > lpm_queue_limit:
+        order = list(waiting)
+    else:
+        order = _lpm(waiting, kv, max_queue_wait_s, now)
+    order.sort(key=lambda r: -r.sampling.priority)
+    return order
+
+
+def _lpm(waiting: list[Req], kv: PrefixLengths, max_queue_wait_s: float, now: Optional[float]) -> list[Req]:
+    bounded = max_queue_wait_s > 0 and now is not None
+    overdue, fresh = [], []
     for i, req in enumerate(waiting):
-        scored.append((-kv.match_len(req), i, req))
-    scored.sort(key=lambda t: (t[0], t[1]))
-    return [r for _, _, r in scored]
+        if bounded and req.arrival is not None and now - req.arrival >= max_queue_wait_s:
+            overdue.append((req.arrival, i, req))
+        else:
+            fresh.append((-kv.match_len(req), i, req))
+    overdue.sort(key=lambda t: (t[0], t[1]))
+    fresh.sort(key=lambda t: (t[0], t[1]))
+    return [r for _, _, r in overdue] + [r for _, _, r in fresh]
 
 
 class InBatchPrefixFilter:

@@ -12,6 +12,7 @@ from ``GrammarManager`` and are applied in ``grammar_steps.py``.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -23,6 +24,7 @@ from radixserve.scheduler.admission import admit_waiting
 from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.plan import make_step_req
+from radixserve.scheduler.preemption import preemption_victims
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.spec_steps import apply_verified, propose_drafts
 from radixserve.scheduler.stop import StopChecker
@@ -57,6 +59,7 @@ class Scheduler:
         self.grammars: GrammarManager[Req] = GrammarManager(cfg, stop_checker.tokenizer, vocab_size,
                                                             stop_checker.eos_ids)
         self._forced: list[Req] = []
+        self.clock: Callable[[], float] = time.perf_counter  # arrival times and the wait bound (tests fake it)
 
     # ------------------------------------------------------------------ requests
     def add_request(self, req: Req) -> None:
@@ -65,6 +68,8 @@ class Scheduler:
         if (self.cfg.max_queued_requests is not None
                 and len(self.waiting) + len(self.grammars.waiting) >= self.cfg.max_queued_requests):
             raise OverflowError("the waiting queue is full")
+        if req.arrival is None:
+            req.arrival = self.clock()
         if has_constraint(req.sampling):
             self.grammars.add(req)  # joins the queue once its grammar is compiled
             return
@@ -132,6 +137,10 @@ class Scheduler:
         cfg, kv = self.cfg, self.kv
         token_budget = cfg.max_prefill_tokens
         chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size and cfg.chunked_prefill_size > 0 else 1 << 30
+        if cfg.enable_priority_preemption and self.waiting and self.running:
+            for victim, head in preemption_victims(self.waiting, self.running, kv, cfg, self.ratio,
+                                                   min(chunk, token_budget), self.clock()):
+                self._retract(victim, f"preempted for {head.rid}")
         reserve = sum(r.remaining_new_tokens() for r in self.running) * self.ratio
         batch: list[tuple[Req, int]] = []
         if self.chunked is not None:
@@ -147,7 +156,7 @@ class Scheduler:
                 self.chunked = None
         if self.chunked is None and self.waiting and len(self.running) < cfg.max_running_requests:
             self.chunked = admit_waiting(self.waiting, self.running, kv, cfg, self.ratio, batch, token_budget,
-                                         min(chunk, token_budget), reserve)
+                                         min(chunk, token_budget), reserve, self.clock())
         if not batch:
             return None, None
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
@@ -184,7 +193,7 @@ class Scheduler:
         while not kv.make_room(len(ready)):
             holders = [r for r in self.running if r not in ready]  # mid-prefill requests
             if len(ready) > 1:
-                victim = min(ready, key=lambda r: (len(r.output_ids), -len(r.input_ids)))
+                victim = min(ready, key=lambda r: (r.sampling.priority, len(r.output_ids), -len(r.input_ids)))
                 ready.remove(victim)
             elif holders:
                 victim = holders[0]
@@ -208,8 +217,9 @@ class Scheduler:
         reqs = [self._step_req(req, 1) for req in ready]
         return StepPlan(True, reqs, self._take_release()), [(r, 1) for r in ready], touched
 
-    def _retract(self, req: Req) -> None:
-        """Give the request's memory back (its computed prefix stays cached) and re-queue it."""
+    def _retract(self, req: Req, why: str = "") -> None:
+        """Give the request's memory back (its computed prefix stays cached) and re-queue it;
+        ``why`` names a preemption (else the KV pool was full, and admission gets stricter)."""
         self.num_retractions += 1
         req.retractions += 1
         if req.kv_len < len(req.input_ids):
@@ -221,8 +231,9 @@ class Scheduler:
         self._release.append(req.rid)
         req.status = ReqStatus.WAITING
         self.waiting.appendleft(req)
-        self.ratio = min(1.0, self.ratio + 0.1)
-        logger.info("retracted %s (kv pool full); %d waiting", req.rid, len(self.waiting))
+        if not why:
+            self.ratio = min(1.0, self.ratio + 0.1)
+        logger.info("retracted %s (%s); %d waiting", req.rid, why or "kv pool full", len(self.waiting))
 
     # ------------------------------------------------------------------ results
     def _process(self, plan: StepPlan, batch, result: StepResult, cache: bool = True) -> list[Req]:

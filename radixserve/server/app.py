@@ -65,6 +65,10 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
         params = [p.to_dict() for p in sp]
     else:
         params = [sp.to_dict() if sp is not None else {}] * len(prompts)
+    if obj.priority is not None:
+        if any(p.get("priority", obj.priority) != obj.priority for p in params):
+            raise RequestError(400, "priority: differs from sampling_params.priority; give it once")
+        params = [{**p, "priority": obj.priority} for p in params]
     rids = obj.rid
     if isinstance(rids, str):
         rids = [rids] if not batched else [f"{rids}-{i}" for i in range(len(prompts))]

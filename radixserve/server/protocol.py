@@ -10,7 +10,7 @@ import dataclasses
 import typing
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
 from radixserve.sampling_params import SamplingParams
@@ -23,11 +23,15 @@ class _SamplingBase(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
+# fields whose JSON must already have the type (no "5" or true for an int)
+STRICT_TYPES: dict[str, Any] = {"priority": StrictInt}
+
+
 def sampling_fields(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every field of ``SamplingParams`` but ``exclude``, optional (default None) and typed
-    from its annotations, as ``create_model`` takes them: the request models follow the
-    dataclass when fields are added."""
-    hints = typing.get_type_hints(SamplingParams)
+    from its annotations (``STRICT_TYPES`` overrides), as ``create_model`` takes them: the
+    request models follow the dataclass when fields are added."""
+    hints = {**typing.get_type_hints(SamplingParams), **STRICT_TYPES}
     return {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(SamplingParams)
             if f.name not in exclude}
 
@@ -71,7 +75,7 @@ UNSUPPORTED_WHEN_SET: dict[str, str] = {
 IGNORED: tuple[str, ...] = (
     "log_metrics", "routed_experts_start_len", "modalities", "bootstrap_host", "bootstrap_port",
     "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "disagg_prefill_dp_rank",
-    "data_parallel_rank", "conversation_id", "priority", "extra_key", "routing_key", "no_logs", "custom_labels",
+    "data_parallel_rank", "conversation_id", "extra_key", "routing_key", "no_logs", "custom_labels",
     "external_trace_header", "received_time", "need_wait_for_mm_inputs", "num_items_assigned",
     "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch", "video_max_dynamic_patch",
     "http_worker_ipc",
@@ -89,6 +93,7 @@ class _GenerateBase(BaseModel):
     logprob_start_len: Union[int, list[int], None] = -1
     top_logprobs_num: Union[int, list[int], None] = 0
     return_text_in_logprobs: bool = False
+    priority: Optional[StrictInt] = None  # SGLang's place for it: applies to every prompt
 
     @field_validator(*UNSUPPORTED_WHEN_SET, check_fields=False)
     @classmethod
