@@ -5,14 +5,40 @@
   tests/test_kernels.py checks them).
 * ``cpu_native``: the native C++ CPU kernel, compiled on first use (no triton needed).
 
-Importable only as ``radixserve.kernels`` (pyproject maps this folder there); never as a
-bare ``kernels`` module.  The Triton names below are imported lazily, so that importing
-``radixserve.kernels.cpu_native`` never imports triton.
+Importable as ``radixserve.kernels`` (pyproject maps this folder there).  With the
+repository root on ``sys.path`` (``python -m ...`` run from it) this folder would also be
+found as a bare ``kernels`` and shadow Hugging Face's ``kernels`` package, which
+transformers >= 5.25 requires and imports: imported under that name, this file hands the
+import over to the real package when one is installed (below).  The Triton names are
+imported lazily, so that importing ``radixserve.kernels.cpu_native`` never imports triton.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import os
+import sys
 from typing import Any
+
+
+def _hand_over_to_the_installed_kernels() -> None:
+    """Replace this module in ``sys.modules`` by the ``kernels`` package found on ``sys.path``
+    without the repository root; the import then returns that one.  None found: stay (a
+    module without ``__version__``, which transformers treats as absent)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != root]
+    spec = importlib.machinery.PathFinder.find_spec("kernels", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kernels"] = module
+    spec.loader.exec_module(module)
+
+
+if __name__ == "kernels":
+    import importlib.util
+
+    _hand_over_to_the_installed_kernels()
 
 _TRITON = {"alloc_decode_buffers": "decode_attention", "decode_attention_fwd": "decode_attention",
            "extend_attention_fwd": "extend_attention", "store_kv": "kv_store"}

@@ -12,10 +12,24 @@ def test_kernels_import_under_radixserve():
     assert k.__name__ == "radixserve.kernels" and callable(k.decode_attention_fwd)
 
 
-def test_transformers_does_not_see_a_kernels_package():
-    from transformers.utils import import_utils
+def test_a_bare_kernels_import_never_gets_ours():
+    """Run from the repository root (so the folder kernels/ is on sys.path), a bare ``import
+    kernels`` gets Hugging Face's package when it is installed (transformers >= 5.25 needs it
+    and imports names from it), and transformers still imports; without it, transformers
+    must not take our folder for it."""
+    import os
+    import subprocess
+    import sys
 
-    assert not import_utils.is_kernels_available()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import transformers.integrations.hub_kernels, kernels\n"
+            "from transformers.utils import import_utils\n"
+            "print(getattr(kernels, '__file__', None)); print(import_utils.is_kernels_available())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    where, available = out.stdout.split()[-2:]
+    ours = os.path.join(root, "kernels")
+    assert not where.startswith(ours) if available == "True" else where.startswith(ours)
 
 
 def test_wheel_ships_the_cpu_kernel_source(tmp_path):
