@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from typing import Any
@@ -36,8 +37,6 @@ def _hand_over_to_the_installed_kernels() -> None:
 
 
 if __name__ == "kernels":
-    import importlib.util
-
     _hand_over_to_the_installed_kernels()
 
 _TRITON = {"alloc_decode_buffers": "decode_attention", "decode_attention_fwd": "decode_attention",

@@ -57,6 +57,7 @@ class CpuBackend(AttentionBackend):
         rows, req_rows, seq_lens, ext_lens, start_loc = meta
         plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
                           torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=DENSE_MIN_ROWS)
+        plan.dense_slots = [batch.req_to_token[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
         batch.attn_metadata = plan
         return plan
 
@@ -81,8 +82,7 @@ class CpuBackend(AttentionBackend):
         part_o = torch.empty(num_entries, heads, dim, dtype=torch.float32)
         part_lse = torch.empty(num_entries, heads, dtype=torch.float32)
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-        for row, ks, ke, e0, toks, causal in plan.dense:
-            slots = batch.req_to_token[row, ks:ke].long()
+        for (_, _, _, e0, toks, causal), slots in zip(plan.dense, plan.dense_slots):
             k = pool.k_buffer[layer_id].index_select(0, slots).transpose(0, 1)  # [Hkv, S, D]
             v = pool.v_buffer[layer_id].index_select(0, slots).transpose(0, 1)
             n = len(toks)

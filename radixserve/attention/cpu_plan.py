@@ -45,6 +45,8 @@ class CpuAttnPlan:
     num_shared_groups: int = 0
     # (request row, key start, key end, first entry, tokens int64, causal) of each dense block
     dense: list[tuple[int, int, int, int, torch.Tensor, bool]] = field(default_factory=list)
+    # the KV slots of each dense block (int64), gathered once per step by the backend
+    dense_slots: list[torch.Tensor] = field(default_factory=list)
 
 
 def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> list[tuple[list[int], int]]:
