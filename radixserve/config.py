@@ -6,6 +6,7 @@ from typing import Any, Literal, Optional, get_args
 
 Quantization = Literal["auto", "none", "int8", "w8a8", "int4"]
 SpeculativeAlgorithm = Literal["none", "ngram", "draft"]
+Pooling = Literal["last", "mean"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class ModelConfig:
     and the quantized kernels whose accuracy was verified for this model
     (``worker/numerics_choice.py``); with an explicit dtype, "auto" means "none".  An explicit
     method with ``dtype="auto"`` computes in bf16 (the kernels' fast activation dtype).
+    ``embedding_pooling`` is the default pooling of embedding requests (``/v1/embeddings``,
+    ``Engine.encode``) over the final hidden state: "last" token or "mean" of every position.
     """
 
     path: Optional[str] = None
@@ -32,8 +35,11 @@ class ModelConfig:
     device: str = "auto"
     context_length: Optional[int] = None
     seed: int = 0
+    embedding_pooling: Pooling = "last"
 
     def __post_init__(self) -> None:
+        if self.embedding_pooling not in get_args(Pooling):
+            raise ValueError(f"embedding_pooling: must be one of {', '.join(get_args(Pooling))}")
         if self.quantization not in get_args(Quantization):
             raise ValueError(f"quantization: unknown method {self.quantization!r} "
                              f"({', '.join(get_args(Quantization))})")

@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from typing import Any, AsyncIterator, Callable, Iterator, Optional, TypeVar, Union
 
 from radixserve.config import EngineConfig
+from radixserve.embedding import finalize
 from radixserve.engine_driver import EngineDriver
 from radixserve.output_state import OutputState
 from radixserve.request_builder import Limits, RequestBuilder
@@ -164,6 +165,24 @@ class Engine:
             fut.result()
         finally:
             self._abort_unfinished(fut, rids, "stream closed")
+
+    def encode(self, prompt: Prompt = None, input_ids: Any = None, pooling: Optional[str] = None,
+               normalize: bool = True) -> Union[dict, list[dict]]:
+        """Embeddings of the served causal LM: its final hidden state pooled over each prompt
+        (``pooling`` "last" or "mean", default ``embedding_pooling`` of the config), L2-normalized
+        unless ``normalize`` is False.  Returns ``{"embedding": [float], "meta_info": {...}}`` (a
+        list for batched input).  Prefill only; cached prefixes are reused ("last") and the
+        prompt's KV stays in the prefix cache.  Raises ValueError naming the field."""
+        ids_list, _, names, batched = split_input(prompt, input_ids, None, self.tokenizer.encode)
+        msgs = self.builder.build_embed(ids_list, names, pooling or self.config.model.embedding_pooling)
+        fut = self._driver.submit([new_req(m) for m in msgs])
+        try:
+            self._driver.drive(fut.done)
+            outs = fut.result()
+        finally:
+            self._abort_unfinished(fut, [m.rid for m in msgs], "aborted by client")
+        res = [{"embedding": finalize(o.get("embedding"), normalize), "meta_info": o["meta_info"]} for o in outs]
+        return res if batched else res[0]
 
     def abort(self, rid: str, message: str = "aborted by client") -> None:
         """Abort one running sequence (its group's future still settles, with that finish_reason)."""

@@ -40,6 +40,7 @@ class OutputState:
     created: float = field(default_factory=time.perf_counter)
     first_token_time: Optional[float] = None
     last_token_time: Optional[float] = None
+    embedding: Any = None  # float32 numpy, pooled (not normalized): embedding requests, once finished
 
     @property
     def finished(self) -> bool:
@@ -60,6 +61,8 @@ class OutputState:
         self.output_logprobs.extend(out.new_output_logprobs)
         if out.input_logprobs is not None:
             self.input_logprobs = out.input_logprobs
+        if out.embedding is not None:
+            self.embedding = out.embedding
         if out.finish_reason is not None:
             self.finish_reason = out.finish_reason
         self.notify()
@@ -100,4 +103,9 @@ class OutputState:
         return meta
 
     def to_native(self, token_text: TokenText = None) -> dict[str, Any]:
-        return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": self.meta_info(token_text)}
+        """``{text, output_ids, meta_info}``, plus ``embedding`` (the raw pooled numpy vector)
+        for an embedding request."""
+        out = {"text": self.text, "output_ids": list(self.output_ids), "meta_info": self.meta_info(token_text)}
+        if self.embedding is not None:
+            out["embedding"] = self.embedding
+        return out

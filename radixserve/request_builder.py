@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from radixserve.constrained.spec import constraint_of
+from radixserve.embedding import check_pooling
 from radixserve.ipc.server_link import TokenizedRequest
 from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.sampling_params import SamplingParams
@@ -130,4 +131,20 @@ class RequestBuilder:
                 copy = one if sp.n == 1 else SamplingParams(**one.__dict__)
                 seed = None if sp.seed is None else sp.seed + j
                 out.append(TokenizedRequest(rid, list(ids), copy, seed, return_logprob, start, top_logprobs_num))
+        return out
+
+    def build_embed(self, prompts: list[list[int]], names: list[str], pooling: str,
+                    rids: Optional[list[str]] = None) -> list[TokenizedRequest]:
+        """Embedding requests (prefill only: ``max_new_tokens`` 0) pooled with ``pooling``;
+        raises ValueError naming the bad prompt's field or ``pooling``."""
+        check_pooling(pooling)
+        if not prompts:
+            raise ValueError(f"{names[0] if names else 'input'}: the batch is empty")
+        if len(prompts) > MAX_SEQUENCES:
+            raise ValueError(f"input: at most {MAX_SEQUENCES} inputs per request")
+        out = []
+        for i, (ids, name) in enumerate(zip(prompts, names)):
+            self.check_prompt(ids, name)
+            rid = rids[i] if rids is not None else new_rid()
+            out.append(TokenizedRequest(rid, list(ids), SamplingParams(max_new_tokens=0), pooling=pooling))
         return out

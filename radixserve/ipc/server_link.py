@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
+
 from radixserve.ipc.worker_link import TokenLogprob
 from radixserve.sampling_params import SamplingParams
 
@@ -25,6 +27,7 @@ class TokenizedRequest:
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
+    pooling: Optional[str] = None  # an embedding request ("last" / "mean", prefill only); None: generate
 
 
 @dataclass
@@ -86,7 +89,8 @@ class ReqOutput:
     spec_proposed: int = 0  # speculative decoding: proposed tokens verified so far (cumulative)
     spec_accepted: int = 0  # of which the target accepted (cumulative)
     new_output_logprobs: list[TokenLogprob] = field(default_factory=list)
-    input_logprobs: Optional[list[Optional[TokenLogprob]]] = None  # final message only
+    input_logprobs: Optional[list[Optional[TokenLogprob]]] = None  # first and final message
+    embedding: Optional[np.ndarray] = None  # float32, pooled (not normalized); final message of an embedding
     skip_special_tokens: bool = True
     stop_strs: tuple[str, ...] = ()
     stop_regex: tuple[str, ...] = ()

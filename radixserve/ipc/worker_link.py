@@ -51,6 +51,9 @@ class StepReq:
     # target's own token after them (radixserve/speculative/verify.py)
     num_draft: int = 0
     draft_by_worker: bool = False  # the worker's draft model writes the proposed tokens first
+    # embeddings: "last" returns the final (normed) hidden state of this chunk's last row,
+    # "sum" the fp32 sum over its rows, in ``StepOutput.hidden``; "" (generation) neither
+    pool: str = ""
 
 
 @dataclass
@@ -75,6 +78,7 @@ class StepOutput:
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     spec_ids: list[int] = field(default_factory=list)  # accepted proposed tokens, before next_token
     spec_logprobs: list[TokenLogprob] = field(default_factory=list)  # theirs, when return_logprob
+    hidden: Optional[np.ndarray] = None  # float32 [hidden_size] when the StepReq asked to ``pool``
 
 
 @dataclass
@@ -94,3 +98,4 @@ class WorkerInfo:
     device: str
     hf_dir: str
     quantization: str = "none"  # of the decoder's linear layers, e.g. "int8 at <= 4 rows"
+    hidden_size: int = 0  # the length of an embedding

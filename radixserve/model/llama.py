@@ -90,13 +90,23 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, backend: AttentionBackend, logit_rows: torch.Tensor) -> torch.Tensor:
+        return self.logits(self.final_hidden(batch, backend, logit_rows))
+
+    @torch.inference_mode()
+    def final_hidden(self, batch: ForwardBatch, backend: AttentionBackend, rows: torch.Tensor) -> torch.Tensor:
+        """Run every layer over the batch (writing its KV); the final-normed hidden states of
+        ``rows`` only ``[len(rows), hidden_size]`` (what the LM head and embeddings read)."""
         x, residual = self.embed_tokens(batch.input_ids), None
         for layer in self.layers:
             x, residual = layer(x, residual, batch, backend)
         if residual is None:
-            x = self.norm(x.index_select(0, logit_rows))
-        else:
-            x, _ = self.norm.add_forward(x.index_select(0, logit_rows), residual.index_select(0, logit_rows))
+            return self.norm(x.index_select(0, rows))
+        x, _ = self.norm.add_forward(x.index_select(0, rows), residual.index_select(0, rows))
+        return x
+
+    @torch.inference_mode()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of final hidden states ``x``."""
         if self.lm_head_quant is not None and (self.lm_head_max_m is None or x.shape[0] <= self.lm_head_max_m):
             return self.lm_head_quant(x).float()
         return F.linear(x, self.lm_head_weight()).float()

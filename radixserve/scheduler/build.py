@@ -30,4 +30,4 @@ def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokeniz
 def new_req(msg: TokenizedRequest) -> Req:
     """The scheduler's ``Req`` for one validated sequence (its prompt list is copied)."""
     return Req(msg.rid, list(msg.input_ids), msg.sampling, msg.seed, msg.return_logprob, msg.logprob_start_len,
-               msg.top_logprobs_num)
+               msg.top_logprobs_num, pooling=msg.pooling)

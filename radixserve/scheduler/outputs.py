@@ -1,13 +1,17 @@
 """Turn scheduler-side request progress into ``ReqOutput`` deltas for the detokenizer.
 
 Contract: for every request, the concatenation of the ``new_ids`` of its outputs equals
-its ``output_ids``, and exactly one output (the last) carries ``finish_reason``.
+its ``output_ids``, and exactly one output (the last) carries ``finish_reason``.  With
+``return_logprob`` the prompt logprobs travel with the first output (the prompt is then
+computed: a streaming client can show them first) and again with the last; an embedding
+request's pooled vector travels with its last output.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from radixserve.ipc.server_link import ReqOutput
+from radixserve.scheduler.pooling import embedding_of
 from radixserve.scheduler.req import Req
 
 
@@ -30,8 +34,11 @@ def take_output(req: Req, step_start: Optional[float]) -> Optional[ReqOutput]:
         new_output_logprobs=list(req.output_logprobs[sent_lp:]),
         skip_special_tokens=req.sampling.skip_special_tokens, stop_strs=tuple(req.sampling.stop_strs),
         stop_regex=tuple(req.sampling.stop_regex_strs), no_stop_trim=req.sampling.no_stop_trim)
-    if req.finished and req.return_logprob:
+    if req.return_logprob and (req.finished or not req.sent_input_lps):
+        req.sent_input_lps = True
         out.input_logprobs = list(req.input_logprobs)
+    if req.finished and req.pooling is not None:
+        out.embedding = embedding_of(req)
     req.sent_ids = len(req.output_ids)
     req.sent_lps = len(req.output_logprobs)
     return out

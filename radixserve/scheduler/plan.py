@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from radixserve.ipc.worker_link import ReqInit, StepReq
+from radixserve.scheduler.pooling import pool_mode
 from radixserve.scheduler.req import Req
 
 
@@ -25,6 +26,8 @@ def make_step_req(req: Req, row: torch.Tensor, n: int, eos_ids: tuple[int, ...],
                  row[start: start + len(ids)].numpy().astype(np.int64), sample, len(req.output_ids),
                  return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num, num_draft=len(draft),
                  draft_by_worker=drafts_in_worker and bool(draft))
+    if req.pooling is not None:
+        sr.pool = pool_mode(req, start, n)
     if not req.on_worker or req.resync:
         req.resync = False
         sr.prefix_slots = row[:start].numpy().astype(np.int64)

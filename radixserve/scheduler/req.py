@@ -56,6 +56,9 @@ class Req:
     spec_state: Any = None  # the speculator's per-request state (radixserve/speculative/strategy.py)
     spec_proposed: int = 0  # proposed tokens verified so far
     spec_accepted: int = 0  # of which the target accepted
+    pooling: Optional[str] = None  # an embedding request: "last" / "mean" (scheduler/pooling.py)
+    pooled: Any = None  # its pooled hidden state so far (float32 numpy)
+    sent_input_lps: bool = False  # the prompt logprobs went out with the first output
 
     @property
     def fill_ids(self) -> list[int]:
@@ -76,6 +79,8 @@ class Req:
         """How many leading tokens may come from the cache: at least one token is always
         recomputed (its logits give the next token), and prompt logprobs from
         ``logprob_start_len`` need the logits of the position before it."""
+        if self.pooling == "mean":
+            return 0  # every position's hidden state is needed (scheduler/pooling.py)
         limit = self.fill_len - 1
         if self.return_logprob and self.logprob_start_len >= 0 and not self.input_logprobs:
             limit = min(limit, max(0, self.logprob_start_len - 1))

@@ -24,6 +24,7 @@ from radixserve.scheduler.admission import admit_waiting
 from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.plan import make_step_req
+from radixserve.scheduler.pooling import add_pooled
 from radixserve.scheduler.preemption import preemption_victims
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.spec_steps import apply_verified, propose_drafts
@@ -251,6 +252,8 @@ class Scheduler:
                 continue
             req.kv_len += n
             req.input_logprobs.extend(out.prompt_logprobs)
+            if out.hidden is not None:
+                add_pooled(req, sr.start, out.hidden)
             if out.next_token is not None:
                 req.output_ids.append(out.next_token)
                 if out.next_logprob is not None:

@@ -27,5 +27,5 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True) -> tuple[ModelRu
     info = WorkerInfo(num_slots=runner.kv_pool.num_slots, max_rows=runner.req_to_token.size,
                       context_len=runner.context_len, vocab_size=runner.vocab_size,
                       dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir,
-                      quantization=runner.numerics.quant_label())
+                      quantization=runner.numerics.quant_label(), hidden_size=int(runner.config.hidden_size))
     return runner, info

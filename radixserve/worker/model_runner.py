@@ -20,6 +20,7 @@ from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.worker.numerics_choice import resolve_numerics
+from radixserve.worker.pooling import forward_pooled
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
 from radixserve.worker.draft_runner import DraftRunner, NoDraft
 from radixserve.worker.spec_verify import verify_drafts
@@ -137,9 +138,12 @@ class ModelRunner:
         # rows that go through the LM head: prompt-logprob rows, then each sampled last row
         logit_rows: list[int] = []
         spans: list[tuple[int, int]] = []
+        pools: list[tuple[int, int, int]] = []  # embedding requests: (index, first row, rows)
         offset = 0
-        for r, n in zip(plan.reqs, lens):
+        for i, (r, n) in enumerate(zip(plan.reqs, lens)):
             first = len(logit_rows)
+            if r.pool:
+                pools.append((i, offset, n))
             if r.logprob_from >= 0:
                 logit_rows.extend(range(offset + r.logprob_from, offset + n))
             elif r.num_draft:  # the verified rows: the last token's and each proposed token's
@@ -150,6 +154,13 @@ class ModelRunner:
             offset += n
         outputs = [StepOutput(r.rid) for r in plan.reqs]
         self.backend.init_forward_metadata(batch)
+        if pools:
+            pooled_logits = forward_pooled(self.model, batch, self.backend, logit_rows, pools, plan.reqs, outputs)
+            self.draft.mirror(batch)
+            if pooled_logits is not None:
+                self._prompt_logprobs(plan, pooled_logits, spans, outputs)
+                self._sample(plan, pooled_logits, spans, outputs)
+            return StepResult(outputs)
         if not logit_rows:
             self.model(batch, self.backend, torch.empty(0, dtype=torch.int64, device=dev))
             self.draft.mirror(batch)
