@@ -4,7 +4,8 @@
 ``{"type": "json_schema", "json_schema": {"schema": ...}}`` to the schema (SGLang's ``regex``
 extension is accepted too).  Choices are ordered prompt-major (choice ``i * n + j`` is copy j of prompt i); usage
 counts each prompt once and reports ``prompt_tokens_details.cached_tokens``.  Errors use
-OpenAI's names for the fields (``max_tokens``, ``prompt``, ``messages``...).
+OpenAI's names for the fields (``max_tokens``, ``prompt``, ``messages``...).  ``echo`` and
+prompt logprobs on /v1/completions: see ``openai_completion_view.py``.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
+from radixserve.server.openai_completion_view import CompletionView, prompt_texts
 from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, ChatCompletionRequest, CompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
 
@@ -66,12 +68,13 @@ def openai_router(ctx: Any) -> APIRouter:
     tm = ctx.tm
     router = APIRouter()
 
-    def submit(prompts: list[list[int]], names: list[str], params: dict, rid: Optional[str], top: Optional[int]):
+    def submit(prompts: list[list[int]], names: list[str], params: dict, rid: Optional[str], top: Optional[int],
+               logprob_start: int = -1):
         rids = None
         if rid is not None:
             rids = [rid] if len(prompts) == 1 else [f"{rid}-{i}" for i in range(len(prompts))]
         try:
-            reqs = tm.build(prompts, [params] * len(prompts), names, rids, top is not None, -1, top or 0)
+            reqs = tm.build(prompts, [params] * len(prompts), names, rids, top is not None, logprob_start, top or 0)
         except RequestError as e:
             raise _openai_names(e) from None
         return tm.submit(reqs)
@@ -85,23 +88,14 @@ def openai_router(ctx: Any) -> APIRouter:
                              "top_logprobs": [lp_entry(i, v) for v, i in (t.top or [])[:top]]}
                             for t in st.output_logprobs[start:]]}
 
-    def completion_logprobs(st: ReqState, start: int, top: int) -> dict:
-        lps = st.output_logprobs[start:]
-        tokens = [tm.token_text(t.token_id) for t in lps]
-        offsets, pos = [], 0
-        for s in tokens:
-            offsets.append(pos)
-            pos += len(s)
-        return {"tokens": tokens, "token_logprobs": [t.logprob for t in lps], "text_offset": offsets,
-                "top_logprobs": [{tm.token_text(i): v for v, i in (t.top or [])[:top]} for t in lps] if top else None}
-
     @router.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": ctx.model_name, "object": "model", "created": 0,
                                             "owned_by": "radixserve", "root": ctx.model_path,
                                             "max_model_len": tm.info.context_len}]}
 
-    async def respond(req: Any, states: list[ReqState], request: Request, kind: str, top: Optional[int]):
+    async def respond(req: Any, states: list[ReqState], request: Request, kind: str, top: Optional[int],
+                      view: Optional[CompletionView] = None):
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         base = {"id": rid, "created": created, "model": req.model or ctx.model_name}
@@ -117,9 +111,9 @@ def openai_router(ctx: Any) -> APIRouter:
                     if top is not None:
                         c["logprobs"] = chat_logprobs(st, 0, top)
                 else:
-                    c["text"] = st.text
+                    c["text"] = view.text(st, st.text, True)
                     if top is not None:
-                        c["logprobs"] = completion_logprobs(st, 0, top)
+                        c["logprobs"] = view.logprobs(st, 0, top, True)
                 choices.append(c)
             obj = "chat.completion" if kind == "chat" else "text_completion"
             return {**base, "object": obj, "choices": choices, "usage": usage(states, n)}
@@ -127,22 +121,24 @@ def openai_router(ctx: Any) -> APIRouter:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         sent_text = {st.index: 0 for st in states}
         sent_lp = {st.index: 0 for st in states}
+        opened: set[int] = set()  # choices whose first chunk went out
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
         def render(st: ReqState) -> list:
             i = st.index
-            delta, first = st.text[sent_text[i]:], sent_lp[i] == 0 and sent_text[i] == 0
-            if not delta and st.finish_reason is None and not (kind == "chat" and first):
+            delta, first = st.text[sent_text[i]:], i not in opened
+            if not delta and st.finish_reason is None and not (first and (kind == "chat" or view.echo)):
                 return []
+            opened.add(i)
             c: dict[str, Any] = {"index": i, "finish_reason": finish_str(st), "logprobs": None}
             if kind == "chat":
                 c["delta"] = {"role": "assistant", "content": delta} if first else {"content": delta}
                 if top is not None:
                     c["logprobs"] = chat_logprobs(st, sent_lp[i], top)
             else:
-                c["text"] = delta
+                c["text"] = view.text(st, delta, first)
                 if top is not None:
-                    c["logprobs"] = completion_logprobs(st, sent_lp[i], top)
+                    c["logprobs"] = view.logprobs(st, sent_lp[i], top, first)
             sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
             chunk = {**base, "object": obj, "choices": [c]}
             if include_usage:
@@ -160,8 +156,6 @@ def openai_router(ctx: Any) -> APIRouter:
     @router.post("/v1/completions")
     async def completions(request: Request):
         req = await parse_body(request, CompletionRequest)
-        if req.echo:
-            raise RequestError(400, "echo: not supported")
         if req.suffix:
             raise RequestError(400, "suffix: not supported")
         if req.best_of not in (None, req.n):
@@ -177,8 +171,10 @@ def openai_router(ctx: Any) -> APIRouter:
         if not prompts:
             raise RequestError(400, "prompt: the prompt is empty")
         params = sampling_dict(req, req.max_tokens, 16)
-        states = submit(prompts, names, params, req.rid, req.logprobs)
-        return await respond(req, states, request, "completion", req.logprobs)
+        view = CompletionView(tm, prompt_texts(tm, p, prompts) if req.echo else None, req.n)
+        # echo with logprobs scores the prompt too (its first token has no logprob)
+        states = submit(prompts, names, params, req.rid, req.logprobs, 0 if req.echo else -1)
+        return await respond(req, states, request, "completion", req.logprobs, view)
 
     @router.post("/v1/chat/completions")
     async def chat(request: Request):
