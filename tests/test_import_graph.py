@@ -253,7 +253,7 @@ def test_a_planted_loop_fails(tmp_path, lazy):
 # own unit (package or top-level module) and the units of lower layers.
 LAYERS: list[set[str]] = [
     {"radixserve.config", "radixserve.sampling_params", "radixserve.request", "radixserve.tokenizer",
-     "radixserve.utils", "radixserve.proc"},
+     "radixserve.utils", "radixserve.proc", "radixserve.embedding"},
     {"radixserve.ipc"},
     {"radixserve.output_state", "radixserve.metrics"},
     {"radixserve.mem_cache"},
