@@ -87,6 +87,35 @@ def test_engine_prefix_hit_chunks_and_options(eng, tiny_dir):
     idle_ok(eng)
 
 
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_retracted_mid_prompt_starts_over(eng, pooling):
+    """A request retracted between two chunks (its computed prefix stays cached) gives the
+    same vector when re-admitted: "mean" computes the prompt again from position 0."""
+    from radixserve.embedding import finalize
+    from radixserve.scheduler.build import new_req
+    from radixserve.scheduler.pooling import embedding_of
+
+    ids = list(range(300, 340))  # 40 tokens: chunks of 16, 16, 8
+    eng.flush_cache()
+    ref = eng.encode(input_ids=ids, pooling=pooling)["embedding"]
+    eng.flush_cache()
+
+    def scenario(s):
+        req = new_req(eng.builder.build_embed([ids], ["input_ids"], pooling)[0])
+        s.add_request(req)
+        s.step()
+        assert 0 < req.kv_len < len(ids) and req.pooled is not None or pooling == "last"
+        s._retract(req)
+        s.check_invariants()
+        while s.has_work():
+            s.step()
+        return embedding_of(req)
+
+    vec = eng.run_on_driver(scenario, 60)
+    assert close(finalize(vec), ref)
+    idle_ok(eng)
+
+
 # ---------------------------------------------------------------- the server
 @pytest.fixture(scope="module")
 def server(tiny_dir):
