@@ -87,6 +87,25 @@ def test_engine_prefix_hit_chunks_and_options(eng, tiny_dir):
     idle_ok(eng)
 
 
+def test_mixed_with_generation_in_one_step(eng):
+    """Embedding and generation requests in the same steps: the pooled rows and the logit
+    rows (prompt logprobs, sampling) come out of one forward and change nothing."""
+    kw = dict(input_ids=[[5, 6, 7, 8, 9, 10], [11, 12, 13]], sampling_params={"max_new_tokens": 6, "temperature": 0},
+              return_logprob=True, logprob_start_len=0)
+    eng.flush_cache()
+    alone, vec = eng.generate(**kw), eng.encode(TEXTS, pooling="mean")
+    eng.flush_cache()
+    fut, _, _ = eng.submit(**kw)  # queued first: the encode call below steps both together
+    mixed_vec = eng.encode(TEXTS, pooling="mean")
+    mixed = fut.result(60)
+    assert [o["output_ids"] for o in mixed] == [o["output_ids"] for o in alone]
+    for a, b in zip(mixed, alone):
+        got, ref = a["meta_info"]["input_token_logprobs"], b["meta_info"]["input_token_logprobs"]
+        assert got[0][0] is None and np.allclose([t[0] for t in got[1:]], [t[0] for t in ref[1:]], atol=1e-5)
+    assert all(close(a["embedding"], b["embedding"]) for a, b in zip(mixed_vec, vec))
+    idle_ok(eng)
+
+
 @pytest.mark.parametrize("pooling", ["last", "mean"])
 def test_retracted_mid_prompt_starts_over(eng, pooling):
     """A request retracted between two chunks (its computed prefix stays cached) gives the
