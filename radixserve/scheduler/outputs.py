@@ -3,7 +3,8 @@
 Contract: for every request, the concatenation of the ``new_ids`` of its outputs equals
 its ``output_ids``, and exactly one output (the last) carries ``finish_reason``.  With
 ``return_logprob`` the prompt logprobs travel with the first output (the prompt is then
-computed: a streaming client can show them first) and again with the last; an embedding
+computed: a streaming client can show them first) and again with the last if they changed
+(an abort mid-prompt); an embedding
 request's pooled vector travels with its last output.
 """
 from __future__ import annotations
@@ -34,8 +35,8 @@ def take_output(req: Req, step_start: Optional[float]) -> Optional[ReqOutput]:
         new_output_logprobs=list(req.output_logprobs[sent_lp:]),
         skip_special_tokens=req.sampling.skip_special_tokens, stop_strs=tuple(req.sampling.stop_strs),
         stop_regex=tuple(req.sampling.stop_regex_strs), no_stop_trim=req.sampling.no_stop_trim)
-    if req.return_logprob and (req.finished or not req.sent_input_lps):
-        req.sent_input_lps = True
+    if req.return_logprob and (req.sent_input_lps < 0 or (req.finished and len(req.input_logprobs) != req.sent_input_lps)):
+        req.sent_input_lps = len(req.input_logprobs)
         out.input_logprobs = list(req.input_logprobs)
     if req.finished and req.pooling is not None:
         out.embedding = embedding_of(req)

@@ -58,7 +58,7 @@ class Req:
     spec_accepted: int = 0  # of which the target accepted
     pooling: Optional[str] = None  # an embedding request: "last" / "mean" (scheduler/pooling.py)
     pooled: Any = None  # its pooled hidden state so far (float32 numpy)
-    sent_input_lps: bool = False  # the prompt logprobs went out with the first output
+    sent_input_lps: int = -1  # prompt logprobs sent (with the first output), -1 before
 
     @property
     def fill_ids(self) -> list[int]:
