@@ -69,6 +69,10 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
         if any(p.get("priority", obj.priority) != obj.priority for p in params):
             raise RequestError(400, "priority: differs from sampling_params.priority; give it once")
         params = [{**p, "priority": obj.priority} for p in params]
+    if obj.cache_salt is not None:
+        if any(p.get("cache_salt", obj.cache_salt) != obj.cache_salt for p in params):
+            raise RequestError(400, "cache_salt: differs from sampling_params.cache_salt; give it once")
+        params = [{**p, "cache_salt": obj.cache_salt} for p in params]
     rids = obj.rid
     if isinstance(rids, str):
         rids = [rids] if not batched else [f"{rids}-{i}" for i in range(len(prompts))]
