@@ -25,6 +25,7 @@ class TokenizedRequest:
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
+    copy: int = 0  # which copy of its prompt (n > 1) this sequence is: the prompt is charged once
 
 
 @dataclass

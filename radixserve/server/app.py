@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -19,10 +19,13 @@ from pydantic import BaseModel
 from radixserve.config import EngineConfig, ServerConfig
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
+from radixserve.server.key_auth import KeyAuthMiddleware
+from radixserve.server.keys import KeyStore
 from radixserve.server.openai_api import openai_router
 from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
 from radixserve.server.req_state import RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
+from radixserve.server.usage_api import usage_router
 
 
 class TokenizeReqInput(BaseModel):
@@ -40,6 +43,7 @@ class ServerContext:
     model_path: str
     tokenizer_path: str
     pids: dict[str, int]
+    keys: Optional[KeyStore] = None  # multi-key mode (--api-keys-file)
 
 
 def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
@@ -83,9 +87,12 @@ def create_app(ctx: ServerContext) -> FastAPI:
     tm = ctx.tm
     app = FastAPI(title="radixserve")
     install_error_handlers(app)
-    if ctx.server_cfg.api_key:
+    if ctx.keys is not None:
+        app.add_middleware(KeyAuthMiddleware, store=ctx.keys)
+    elif ctx.server_cfg.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=ctx.server_cfg.api_key)
     app.include_router(openai_router(ctx))
+    app.include_router(usage_router(ctx))
 
     @app.post("/generate")
     async def generate(request: Request):
