@@ -66,13 +66,18 @@ class Tracker:
         t[0], t[1], t[2], t[3] = t[0] + prompt, t[1] + cached, t[2] + completion, t[3] + 1
 
 
+def start(tiny_dir: str, keys, db) -> ServerHandle:
+    srv = ServerHandle(tiny_dir, *ARGS, "--api-keys-file", str(keys), "--usage-db", str(db))
+    srv.headers = {"Authorization": "Bearer sk-admin"}  # for the harness's info / wait_idle
+    return srv.wait_ready()
+
+
 @pytest.fixture(scope="module")
 def env(tiny_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("keys")
     keys, db = d / "keys.toml", d / "usage.db"
     keys.write_text(KEYS)
-    srv = ServerHandle(tiny_dir, *ARGS, "--api-keys-file", str(keys), "--usage-db", str(db)).wait_ready()
-    state = {"srv": srv, "keys": keys, "db": db, "track": Tracker(), "tiny_dir": tiny_dir}
+    state = {"srv": start(tiny_dir, keys, db), "keys": keys, "db": db, "track": Tracker(), "tiny_dir": tiny_dir}
     yield state
     state["srv"].stop()
 
@@ -194,11 +199,33 @@ def test_sighup_reloads_and_a_bad_file_keeps_the_old_keys(env):
     keys.write_text(KEYS + DAVE)
 
 
+def test_n_copies_and_a_disconnected_stream_are_charged_what_they_used(env):
+    srv = env["srv"]
+    r = complete(env, "sk-bob", "bob", ids(60, 12), n=3)  # the prompt counts once, as in usage
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 12
+    before = usage(srv)["alice"]
+    p = ids(61, 8)
+    body = {"input_ids": p, "stream": True, "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}}
+    with httpx.stream("POST", srv.url + "/generate", json=body, headers={"Authorization": "Bearer sk-alice"},
+                      timeout=60) as s:
+        for line in s.iter_lines():
+            if line.startswith("data: {"):
+                break  # the client goes away after the first chunk
+    srv.wait_idle()
+    after = usage(srv)["alice"]
+    prompt, completion = after["prompt_tokens"] - before["prompt_tokens"], \
+        after["completion_tokens"] - before["completion_tokens"]
+    assert prompt == len(p) and 1 <= completion <= 900 and after["requests"] == before["requests"] + 1
+    env["track"].tokens["alice"][0] += prompt
+    env["track"].tokens["alice"][1] += after["cached_tokens"] - before["cached_tokens"]
+    env["track"].tokens["alice"][2] += completion
+    env["track"].tokens["alice"][3] += 1
+
+
 def test_restart_finds_every_charge(env):
     before = usage(env["srv"])
     env["srv"].stop()
-    env["srv"] = srv = ServerHandle(env["tiny_dir"], *ARGS, "--api-keys-file", str(env["keys"]),
-                                    "--usage-db", str(env["db"])).wait_ready()
+    env["srv"] = srv = start(env["tiny_dir"], env["keys"], env["db"])
     after = usage(srv)
     assert after == before
     for name, (prompt, cache, completion, requests) in env["track"].tokens.items():

@@ -7,7 +7,8 @@ limits).  ``admit`` raises ``RequestError(429)`` with ``Retry-After`` before any
 sent or charged; otherwise it salts the sequences' prefix-cache namespace (multi-key mode)
 and reserves their worst case.  ``settle`` charges what a sequence consumed: its completion
 tokens, and its prompt (once per prompt: copy 0 of an ``n > 1`` prompt) unless it ended
-without computing anything (an error or abort before its first token).  Event loop only.
+without computing anything (an error or abort before its first token); a request counts
+once, when its first sequence is charged any token.  Event loop only.
 """
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ class Accounting:
         computed = completion > 0 or (st.error is None and (st.finish_reason or {}).get("type") != "abort")
         prompt = len(st.input_ids) if seq.counts_prompt and computed else 0
         cached = min(st.cached_tokens, prompt)
-        requests = 0 if seq.group.request_counted else 1
-        seq.group.request_counted = True
+        requests = 0 if seq.group.request_counted or not (prompt or completion) else 1
+        seq.group.request_counted = seq.group.request_counted or requests == 1
         spec = seq.group.spec
         name = spec.name if spec is not None else DEFAULT_NAME
         live = self.keys.table.by_name(name) if self.keys is not None else None
