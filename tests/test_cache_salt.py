@@ -125,3 +125,21 @@ def test_policy_filter_and_continuation_use_the_salt():
 def test_cache_salt_is_validated(bad):
     with pytest.raises(ValueError, match="sampling_params.cache_salt"):
         SamplingParams(cache_salt=bad).verify(100)
+
+
+def test_engine_requests_with_other_salts_never_hit(tiny_dir):
+    from conftest import make_engine
+
+    eng = make_engine(tiny_dir, max_total_tokens=2048)
+    try:
+        ids = list(range(300, 340))
+
+        def hit(salt):
+            sp = {"max_new_tokens": 1, "temperature": 0, **({"cache_salt": salt} if salt else {})}
+            return eng.generate(input_ids=ids, sampling_params=sp)["meta_info"]["cached_tokens"]
+
+        assert hit("a") == 0 and hit("a") > 0
+        assert hit("b") == 0 and hit(None) == 0 and hit(None) > 0 and hit("b") > 0
+        eng.check_invariants()
+    finally:
+        eng.shutdown()

@@ -16,7 +16,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterable, Optional
+from typing import Iterable
 
 from radixserve.server.keys import KeySpec
 from radixserve.server.usage_db import UsageDB, iso
