@@ -42,7 +42,7 @@ period = "day"
 [[keys]]
 key = "sk-conc"
 name = "conc"
-budget_tokens = 300
+budget_tokens = 180
 period = "month"
 
 [[keys]]
@@ -151,14 +151,14 @@ def test_budget_refuses_with_retry_after_and_charges_nothing(env):
 
 def test_concurrent_requests_never_overspend(env):
     def one(i: int) -> httpx.Response:
-        return generate(env, "sk-conc", "conc", ids(100 + i, 10), 40)  # 50 each, budget 300
+        return generate(env, "sk-conc", "conc", ids(100 + i, 10), 20)  # 30 each, budget 180
 
     with ThreadPoolExecutor(12) as pool:
         codes = [r.status_code for r in pool.map(one, range(12))]
     ok = codes.count(200)
     assert set(codes) <= {200, 429} and 1 <= ok <= 6 and codes.count(429) >= 6
     row = usage(env["srv"], "month")["conc"]
-    assert row["prompt_tokens"] + row["completion_tokens"] == 50 * ok <= 300
+    assert row["prompt_tokens"] + row["completion_tokens"] == 30 * ok <= 180
 
 
 def test_rate_limit_routes_and_admin(env):
@@ -188,7 +188,7 @@ def test_sighup_reloads_and_a_bad_file_keeps_the_old_keys(env):
     while generate(env, "sk-dave", "dave", ids(40, 4), 1).status_code != 200:
         assert time.time() < deadline, "the reloaded key never worked"
         time.sleep(0.2)
-    keys.write_text(KEYS.replace("budget_tokens = 300", "budget_tokens = -1"))
+    keys.write_text(KEYS.replace("budget_tokens = 180", "budget_tokens = -1"))
     os.kill(srv.proc.pid, signal.SIGHUP)
     deadline = time.time() + 20
     while "keys[4].budget_tokens: must be a positive integer" not in srv.log_tail(20000):
