@@ -95,3 +95,47 @@ def test_ledger_reserves_charges_and_persists(tmp_path):
             rows["day"]["requests"]) == (15, 4, 20, 2)
     # the next day starts from zero
     assert again.state("k", "day", now + 86400).used == 0
+
+
+def test_accounting_charges_prompts_once_and_releases_every_reservation(tmp_path):
+    from radixserve.ipc.server_link import TokenizedRequest
+    from radixserve.metrics import Metrics
+    from radixserve.request import FinishReason
+    from radixserve.sampling_params import SamplingParams
+    from radixserve.server.accounting import Accounting, current_key
+    from radixserve.server.keys import KeyStore, KeyTable
+    from radixserve.server.req_state import ReqState, RequestError
+
+    spec = KeySpec("sk", "k", budget_tokens=1000, cache_salt="team")
+    store = KeyStore("unused.toml", KeyTable({"sk": spec}))
+    acct = Accounting(Ledger(UsageDB(str(tmp_path / "u.db"))), Metrics(), store)
+
+    def reqs(prefix: str, n: int, salt=None) -> list[TokenizedRequest]:
+        return [TokenizedRequest(f"{prefix}-{j}", [1] * 10, SamplingParams(max_new_tokens=20, cache_salt=salt),
+                                 copy=j) for j in range(n)]
+
+    def end(r: TokenizedRequest, n_out: int, finish: str = "length", error: bool = False) -> None:
+        st = ReqState(r.rid, 0, r.input_ids, output_ids=[7] * n_out, cached_tokens=4,
+                      finish_reason=None if error else FinishReason(type=finish))
+        st.error = RequestError(400, "x") if error else None
+        acct.settle(st)
+
+    token = current_key.set(spec)
+    try:
+        a = reqs("a", 2, salt="mine")  # needs 10 + 2 * 20
+        acct.admit(a)
+        assert [r.sampling.cache_salt for r in a] == ["team\0mine"] * 2
+        assert acct.ledger.keys["k"].reserved == 50
+        end(a[0], 0, finish="abort")  # aborted before its first token
+        end(a[1], 5)  # the other copy computed the prompt: charged once, with the last copy
+        b = reqs("b", 1)
+        acct.admit(b)
+        end(b[0], 0, error=True)  # refused by the scheduler: nothing charged, not counted
+        with pytest.raises(RequestError) as e:  # 10 + 50 * 20 > 1000 - 15
+            acct.admit(reqs("c", 50))
+        assert e.value.status == 429 and e.value.headers["Retry-After"].isdigit()
+    finally:
+        current_key.reset(token)
+    assert (acct.ledger.keys["k"].used, acct.ledger.keys["k"].reserved, acct.pending) == (15, 0, {})
+    row = {r["period"]: r for r in acct.ledger.db.rows("k")}["day"]
+    assert (row["prompt_tokens"], row["cached_tokens"], row["completion_tokens"], row["requests"]) == (10, 4, 5, 1)

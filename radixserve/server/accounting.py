@@ -6,9 +6,9 @@ the request's task (None: single-key or no-key mode, charged to ``DEFAULT_NAME``
 limits).  ``admit`` raises ``RequestError(429)`` with ``Retry-After`` before anything is
 sent or charged; otherwise it salts the sequences' prefix-cache namespace (multi-key mode)
 and reserves their worst case.  ``settle`` charges what a sequence consumed: its completion
-tokens, and its prompt (once per prompt: copy 0 of an ``n > 1`` prompt) unless it ended
-without computing anything (an error or abort before its first token); a request counts
-once, when its first sequence is charged any token.  Event loop only.
+tokens, and with the last copy of its prompt (``n > 1``) the prompt, once, unless no copy
+computed it (each ended by an error or abort before its first token); a request counts
+once, with the first charge that has any token.  Event loop only.
 """
 from __future__ import annotations
 
@@ -45,10 +45,22 @@ class _Group:
 
 
 @dataclass
+class _Prompt:
+    """One prompt of a request and its ``n`` copies: the prompt is reserved and charged once,
+    when its last copy ends, if any copy computed it."""
+
+    tokens: int
+    reserved: int
+    copies: int = 0
+    computed: bool = False
+    cached: int = 0
+
+
+@dataclass
 class _Seq:
     group: _Group
-    reserved: int
-    counts_prompt: bool
+    prompt: _Prompt
+    reserved: int  # its max_new_tokens (0 without a key)
 
 
 class Accounting:
@@ -62,36 +74,45 @@ class Accounting:
         """Check the key's limits for ``reqs`` (one HTTP request) and reserve; RequestError(429)
         naming the limit when refused (nothing reserved).  Mutates the requests' cache salt."""
         spec = current_key.get()
-        group = _Group(spec)
-        needs = [(len(r.input_ids) if r.copy == 0 else 0) + r.sampling.max_new_tokens for r in reqs]
+        need = sum((len(r.input_ids) if r.copy == 0 else 0) + r.sampling.max_new_tokens for r in reqs)
         if spec is not None:
             try:
-                self.ledger.admit(spec, sum(needs), time.time())
+                self.ledger.admit(spec, need, time.time())
             except LimitExceeded as e:
                 self.metrics.observe_key_rejected(spec.name, e.reason)
                 raise RequestError(429, e.message, {"Retry-After": str(e.retry_after)}) from None
             if self.keys is not None:
-                for r in reqs:
-                    r.sampling.cache_salt = salted(spec.salt, r.sampling.cache_salt)
-        for r, need in zip(reqs, needs):
-            self.pending[r.rid] = _Seq(group, need if spec is not None else 0, r.copy == 0)
+                for sp in {id(r.sampling): r.sampling for r in reqs}.values():  # each object once
+                    sp.cache_salt = salted(spec.salt, sp.cache_salt)
+        group, keyed = _Group(spec), spec is not None
+        prompt = _Prompt(0, 0)
+        for r in reqs:
+            if r.copy == 0:
+                prompt = _Prompt(len(r.input_ids), len(r.input_ids) if keyed else 0)
+            prompt.copies += 1
+            self.pending[r.rid] = _Seq(group, prompt, r.sampling.max_new_tokens if keyed else 0)
 
     def settle(self, st: ReqState) -> None:
         """``st`` is done: charge what it consumed to its key (durable on return)."""
         seq = self.pending.pop(st.rid, None)
         if seq is None:
             return
-        completion = len(st.output_ids)
-        computed = completion > 0 or (st.error is None and (st.finish_reason or {}).get("type") != "abort")
-        prompt = len(st.input_ids) if seq.counts_prompt and computed else 0
-        cached = min(st.cached_tokens, prompt)
-        requests = 0 if seq.group.request_counted or not (prompt or completion) else 1
-        seq.group.request_counted = seq.group.request_counted or requests == 1
-        spec = seq.group.spec
-        name = spec.name if spec is not None else DEFAULT_NAME
+        completion, p = len(st.output_ids), seq.prompt
+        if completion > 0 or (st.error is None and (st.finish_reason or {}).get("type") != "abort"):
+            if not p.computed:
+                p.computed, p.cached = True, st.cached_tokens
+        p.copies -= 1
+        reserved, prompt, cached = seq.reserved, 0, 0
+        if p.copies == 0:  # the prompt's last copy: release its reservation, charge it if computed
+            reserved += p.reserved
+            prompt, cached = (p.tokens, min(p.cached, p.tokens)) if p.computed else (0, 0)
+        g = seq.group
+        requests = 0 if g.request_counted or not (prompt or completion) else 1
+        g.request_counted = g.request_counted or requests == 1
+        name = g.spec.name if g.spec is not None else DEFAULT_NAME
         live = self.keys.table.by_name(name) if self.keys is not None else None
-        period = (live or spec).period if spec is not None else "day"
-        self.ledger.settle(name, period, seq.reserved, prompt, cached, completion, requests, time.time())
+        period = (live or g.spec).period if g.spec is not None else "day"
+        self.ledger.settle(name, period, reserved, prompt, cached, completion, requests, time.time())
         self.metrics.observe_key(name, prompt, cached, completion, requests)
 
     def usage(self, name: Optional[str], period: Optional[str]) -> dict:
