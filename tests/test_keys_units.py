@@ -139,3 +139,18 @@ def test_accounting_charges_prompts_once_and_releases_every_reservation(tmp_path
     assert (acct.ledger.keys["k"].used, acct.ledger.keys["k"].reserved, acct.pending) == (15, 0, {})
     row = {r["period"]: r for r in acct.ledger.db.rows("k")}["day"]
     assert (row["prompt_tokens"], row["cached_tokens"], row["completion_tokens"], row["requests"]) == (10, 4, 5, 1)
+
+
+def test_open_accounting_startup_errors_name_the_field(tmp_path):
+    from radixserve.config import ServerConfig
+    from radixserve.server.accounting import StartupError, open_accounting
+
+    good = tmp_path / "keys.toml"
+    good.write_text('[[keys]]\nkey = "sk"\nname = "k"\n')
+    with pytest.raises(StartupError, match="^api_keys_file: give either --api-key or --api-keys-file"):
+        open_accounting(ServerConfig(api_key="x", api_keys_file=str(good)))
+    with pytest.raises(StartupError, match="^usage_db: cannot open"):
+        open_accounting(ServerConfig(api_keys_file=str(good), usage_db=str(tmp_path / "no" / "u.db")))
+    assert open_accounting(ServerConfig()) == (None, None)
+    keys, db = open_accounting(ServerConfig(api_keys_file=str(good)))  # in memory, with a warning
+    assert keys.lookup("sk").name == "k" and db.path == ":memory:"

@@ -130,6 +130,11 @@ def test_tenants_never_hit_each_others_cache(env):
     assert cached(complete(env, "sk-alice", "alice", p, cache_salt="s1")) > 0
     assert cached(complete(env, "sk-bob", "bob", p, cache_salt="alice")) == 0
     assert cached(generate(env, "sk-alice", "alice", p, 2, cache_salt="s1")) > 0
+    r = complete(env, "sk-alice", "alice", p, cache_salt=5)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
+    r = post(env["srv"], "sk-alice", "/generate", {"input_ids": p, "cache_salt": "a",
+                                                    "sampling_params": {"cache_salt": "b"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
 
 
 def test_budget_refuses_with_retry_after_and_charges_nothing(env):
