@@ -88,6 +88,11 @@ class Ledger:
             raise LimitExceeded(f"requests_per_minute: key '{spec.name}' is limited to {rpm} requests per minute; "
                                 f"retry in {wait} s", wait, "rate_limit")
         budget = spec.budget_tokens
+        if budget is not None and need > budget:
+            raise LimitExceeded(
+                f"budget_tokens: this request needs up to {need} tokens (prompt + max tokens), more than key "
+                f"'{spec.name}''s whole budget of {budget} per {spec.period}; lower max_tokens",
+                max(1, math.ceil(st.end - now)), "budget")
         if budget is not None and st.used + st.reserved + need > budget:
             wait = max(1, math.ceil(st.end - now))
             left = max(0, budget - st.used - st.reserved)

@@ -151,6 +151,8 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     except StartupError as e:
         logger.error("cannot start: %s", e)
         return 2
+    if keys is not None:  # until the event loop takes SIGHUP over, so a reload during start-up never kills us
+        signal.signal(signal.SIGHUP, lambda *_: keys.reload())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # SIGTERM behaves like Ctrl-C: uvicorn captures both while it runs and re-raises them
     # when it stops; with the default SIGTERM action that would kill this process before it
