@@ -124,9 +124,17 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """The HTTP server.  ``api_key``: one key for every route (all-or-nothing).
+    ``api_keys_file``: a TOML file of named keys with token budgets, request rates, allowed
+    routes and cache namespaces (``server/keys.py``; reloaded on SIGHUP); exclusive with
+    ``api_key``.  ``usage_db``: the SQLite file where every request's tokens are recorded
+    per key and period (``server/usage_db.py``); without it usage is kept in memory only."""
+
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: Optional[str] = None
+    api_keys_file: Optional[str] = None
+    usage_db: Optional[str] = None
     log_level: str = "info"
 
 

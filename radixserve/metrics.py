@@ -41,6 +41,14 @@ class Metrics:
                                registry=r)
         self._spec_totals = [0, 0]  # proposed, accepted: the gauge's ratio
         self.cache_hit_rate = Gauge(p + "cache_hit_rate", "Prefix cache hit rate (tokens)", registry=r)
+        # per API key name (server/accounting.py): what each key was charged
+        self.key_prompt = Counter(p + "key_prompt_tokens", "Prompt tokens charged", ["key"], registry=r)
+        self.key_cached = Counter(p + "key_cached_tokens", "Charged prompt tokens served from the prefix cache",
+                                  ["key"], registry=r)
+        self.key_completion = Counter(p + "key_completion_tokens", "Completion tokens charged", ["key"], registry=r)
+        self.key_requests = Counter(p + "key_requests", "Requests charged", ["key"], registry=r)
+        self.key_rejected = Counter(p + "key_rejected_requests", "Requests refused with 429 (budget or rate_limit)",
+                                    ["key", "reason"], registry=r)
 
     def observe_finish(self, finish_type: str, prompt: int, completion: int, cached: int, e2e: float,
                        spec_proposed: int = 0, spec_accepted: int = 0) -> None:
@@ -57,6 +65,15 @@ class Metrics:
             self._spec_totals[0] += spec_proposed
             self._spec_totals[1] += spec_accepted
             self.spec_rate.set(self._spec_totals[1] / self._spec_totals[0])
+
+    def observe_key(self, key: str, prompt: int, cached: int, completion: int, requests: int) -> None:
+        self.key_prompt.labels(key=key).inc(prompt)
+        self.key_cached.labels(key=key).inc(cached)
+        self.key_completion.labels(key=key).inc(completion)
+        self.key_requests.labels(key=key).inc(requests)
+
+    def observe_key_rejected(self, key: str, reason: str) -> None:
+        self.key_rejected.labels(key=key, reason=reason).inc()
 
     def observe_stats(self, s: SchedulerStats) -> None:
         self.running.set(s.running)

@@ -130,7 +130,7 @@ class RequestBuilder:
                 taken.add(rid)
                 copy = one if sp.n == 1 else SamplingParams(**one.__dict__)
                 seed = None if sp.seed is None else sp.seed + j
-                out.append(TokenizedRequest(rid, list(ids), copy, seed, return_logprob, start, top_logprobs_num))
+                out.append(TokenizedRequest(rid, list(ids), copy, seed, return_logprob, start, top_logprobs_num, j))
         return out
 
     def build_embed(self, prompts: list[list[int]], names: list[str], pooling: str,

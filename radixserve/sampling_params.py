@@ -42,6 +42,12 @@ class SamplingParams:
     (``scheduler/policy.py``).  It lives here because every front end (native, OpenAI,
     ``frontend_lang``, ``Engine``) derives its request fields from this class; SGLang's
     top-level ``priority`` of /generate maps onto it.
+
+    ``cache_salt`` (vLLM's name; a non-empty string of at most 256 characters) puts the
+    request in its own prefix-cache namespace: requests with different salts never share KV,
+    so one cannot time another's cache hits.  Also top-level on /generate and the OpenAI
+    bodies.  In multi-key mode the server prefixes it with the key's salt
+    (``server/accounting.py``), so a tenant can never enter another's namespace.
     """
 
     max_new_tokens: int = 128
@@ -74,6 +80,7 @@ class SamplingParams:
     ebnf: Optional[str] = None
     structural_tag: Optional[str] = None
     priority: int = 0
+    cache_salt: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
@@ -159,6 +166,8 @@ class SamplingParams:
             bad("stream_interval", "must be an integer >= 1")
         if self.custom_params is not None and not isinstance(self.custom_params, dict):
             bad("custom_params", "must be an object")
+        if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and 0 < len(self.cache_salt) <= 256):
+            bad("cache_salt", "must be a non-empty string of at most 256 characters")
         for name in ("ebnf", "structural_tag"):
             if getattr(self, name) is not None:
                 bad(name, "not supported by this server (use regex, json_schema or choices)")

@@ -28,6 +28,7 @@ class TokenizedRequest:
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     pooling: Optional[str] = None  # an embedding request ("last" / "mean", prefill only); None: generate
+    copy: int = 0  # which copy of its prompt (n > 1) this sequence is: the prompt is charged once
 
 
 @dataclass

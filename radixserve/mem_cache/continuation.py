@@ -5,19 +5,20 @@ same text.  Nothing is locked, split or stamped, so a look-up never changes evic
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
-from radixserve.mem_cache.tree_node import TreeNode
+from radixserve.mem_cache.tree_node import TreeNode, child_key
 
 
-def continuation(node: TreeNode, tokens: Sequence[int], n: int) -> list[int]:
+def continuation(node: TreeNode, tokens: Sequence[int], n: int, salt: Optional[str] = None) -> list[int]:
     """Up to ``n`` tokens that follow ``tokens`` in the tree, where ``tokens`` continue the path
     that ends at the end of ``node``'s edge; at a fork the most recently used child is
-    followed.  [] when the tree does not hold ``tokens`` after ``node``."""
+    followed.  [] when the tree does not hold ``tokens`` after ``node``.  Only nodes of
+    namespace ``salt`` are read (the root's children mix namespaces)."""
     key, off, i = node.key, len(node.key), 0
     while i < len(tokens):
         if off == len(key):
-            child = node.children.get(tokens[i])
+            child = node.children.get(child_key(salt, tokens[i]))
             if child is None:
                 return []
             node, key, off = child, child.key, 0
@@ -28,9 +29,10 @@ def continuation(node: TreeNode, tokens: Sequence[int], n: int) -> list[int]:
     out: list[int] = []
     while len(out) < n:
         if off == len(key):
-            if not node.children:
+            same = [c for c in node.children.values() if c.salt == salt]
+            if not same:
                 break
-            node = max(node.children.values(), key=lambda c: c.last_access)
+            node = max(same, key=lambda c: c.last_access)
             key, off = node.key, 0
         take = key[off: off + n - len(out)]
         out.extend(take)

@@ -27,13 +27,14 @@ def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
     lock_count: dict[int, int] = {}
     for node in cache.all_nodes():
         assert len(node.key) == len(node.value) > 0, "empty or ragged radix node"
-        assert node.parent.children.get(node.key[0]) is node, "child indexed under the wrong token"
+        assert node.parent.children.get(node.index_key) is node, "child indexed under the wrong token"
         claim(node.value, f"node {id(node)}")
         if node.lock_ref > 0:
             protected += len(node.key)
         else:
             evictable += len(node.key)
         assert all(node.lock_ref >= c.lock_ref for c in node.children.values()), "child locked more than parent"
+        assert all(c.salt == node.salt for c in node.children.values()), "a node's children in another namespace"
     assert (evictable, protected) == (cache.evictable_size, cache.protected_size), "tree size accounting"
     for i, (slots, node) in enumerate(held):
         claim(slots, f"request {i}")

@@ -20,10 +20,10 @@ _EMPTY = torch.empty(0, dtype=torch.int64)
 class NoPrefixCache(PrefixCache):
     """The ``PrefixCache`` contract with an always-empty tree."""
 
-    def match_prefix(self, key: list[int]) -> tuple[torch.Tensor, TreeNode]:
+    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]:
         return _EMPTY, self.root
 
-    def insert(self, key: list[int], value: torch.Tensor) -> int:
+    def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
         return 0  # nothing is stored: ``value`` stays with the caller
 
     def inc_lock_ref(self, node: TreeNode) -> None:
@@ -33,10 +33,11 @@ class NoPrefixCache(PrefixCache):
         assert node is self.root, "NoPrefixCache: only the root can be unlocked"
 
     def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
-                         node: TreeNode) -> Optional[Cached]:
+                         node: TreeNode, salt: Optional[str] = None) -> Optional[Cached]:
         return None  # the request keeps its slots
 
-    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode) -> None:
+    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode,
+                       salt: Optional[str] = None) -> None:
         self.free_fn(slots[cached_len:].clone())
 
     def evict(self, num_tokens: int) -> int:

@@ -40,6 +40,8 @@ class PrefixCache(ABC):
       keeps what it wants, frees the rest through ``free_fn`` and unlocks ``node``.
     * ``evict(n)`` frees at least ``n`` unlocked tokens (when possible) and returns how many.
     * ``flush()`` drops every cached token; refused (False) while any node is locked.
+    Every method that takes a key also takes ``salt`` (None: the shared namespace): keys
+    under different salts never match each other's tokens (cache isolation between tenants).
     Accounting: ``evictable_size``/``protected_size`` (unlocked/locked cached tokens),
     ``record_hit`` (admissions), ``evicted_tokens``; ``stats()`` reports them.
     """
@@ -76,10 +78,10 @@ class PrefixCache(ABC):
         }
 
     @abstractmethod
-    def match_prefix(self, key: list[int]) -> tuple[torch.Tensor, TreeNode]: ...
+    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]: ...
 
     @abstractmethod
-    def insert(self, key: list[int], value: torch.Tensor) -> int:
+    def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
         """Store ``value[i]`` as the slot of ``key[i]``; returns how many leading tokens were
         cached already (the caller frees its own duplicates ``value[cached_before:returned]``).
         ``NoPrefixCache`` stores nothing, returns 0 and leaves ``value`` with the caller."""
@@ -92,10 +94,11 @@ class PrefixCache(ABC):
 
     @abstractmethod
     def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
-                         node: TreeNode) -> Optional[Cached]: ...
+                         node: TreeNode, salt: Optional[str] = None) -> Optional[Cached]: ...
 
     @abstractmethod
-    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode) -> None: ...
+    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode,
+                       salt: Optional[str] = None) -> None: ...
 
     @abstractmethod
     def evict(self, num_tokens: int) -> int: ...

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from radixserve.mem_cache.prefix_cache import Cached, PrefixCache
-from radixserve.mem_cache.tree_node import TreeNode, clock
+from radixserve.mem_cache.tree_node import TreeNode, child_key, clock
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
@@ -28,17 +28,18 @@ class RadixCache(PrefixCache):
         many leading tokens were already cached; the caller must free its own duplicate
         slots ``value[cached_before:returned]``.
       * ``evict(n)`` frees unlocked leaves in LRU order through ``free_fn``.
-    Every slot in the tree is owned by exactly one node.
+    Every slot in the tree is owned by exactly one node.  ``salt`` (``tree_node.py``) selects
+    a namespace: keys under different salts never share a node, so never share KV.
     """
 
     # ---------------------------------------------------------------- lookup
-    def match_prefix(self, key: list[int]) -> tuple[torch.Tensor, TreeNode]:
+    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]:
         if not key:
             return _EMPTY, self.root
         node, values, pos = self.root, [], 0
         stamp = next(clock)
         while pos < len(key):
-            child = node.children.get(key[pos])
+            child = node.children.get(child_key(salt, key[pos]))
             if child is None:
                 break
             n = _common_len(child.key, key[pos:pos + len(child.key)])
@@ -53,26 +54,26 @@ class RadixCache(PrefixCache):
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut ``child``'s edge after ``n`` tokens; returns the new upper node."""
-        upper = TreeNode(child.key[:n], child.value[:n], child.parent)
+        upper = TreeNode(child.key[:n], child.value[:n], child.parent, child.salt)
         upper.lock_ref = child.lock_ref
         upper.last_access = child.last_access
-        upper.children[child.key[n]] = child
-        child.parent.children[child.key[0]] = upper
+        upper.children[child_key(child.salt, child.key[n])] = child
+        child.parent.children[child.index_key] = upper
         child.parent = upper
         child.key = child.key[n:]
         child.value = child.value[n:]
         return upper
 
     # ---------------------------------------------------------------- insert
-    def insert(self, key: list[int], value: torch.Tensor) -> int:
+    def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
         node, pos = self.root, 0
         stamp = next(clock)
         while pos < len(key):
-            child = node.children.get(key[pos])
+            child = node.children.get(child_key(salt, key[pos]))
             if child is None:
-                new = TreeNode(list(key[pos:]), value[pos:].clone(), node)
+                new = TreeNode(list(key[pos:]), value[pos:].clone(), node, salt)
                 new.last_access = stamp
-                node.children[key[pos]] = new
+                node.children[new.index_key] = new
                 self.evictable_size += len(new.key)
                 return pos
             n = _common_len(child.key, key[pos:pos + len(child.key)])
@@ -84,25 +85,26 @@ class RadixCache(PrefixCache):
         return pos
 
     # ---------------------------------------------------------------- requests
-    def _take_over(self, key: list[int], slots: torch.Tensor, cached_len: int) -> bool:
+    def _take_over(self, key: list[int], slots: torch.Tensor, cached_len: int, salt: Optional[str]) -> bool:
         """Insert the request's tokens and free its duplicates of tokens the tree already held
         past ``cached_len``; True when there were any (its row must then use the tree's slots)."""
-        already = self.insert(key, slots)
+        already = self.insert(key, slots, salt)
         if already > cached_len:
             self.free_fn(slots[cached_len: already].clone())
         return already > cached_len
 
     def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
-                         node: TreeNode) -> Optional[Cached]:
-        rewritten = self._take_over(key, slots, cached_len)
-        tree_slots, last = self.match_prefix(key)
+                         node: TreeNode, salt: Optional[str] = None) -> Optional[Cached]:
+        rewritten = self._take_over(key, slots, cached_len, salt)
+        tree_slots, last = self.match_prefix(key, salt)
         assert len(tree_slots) == len(key)
         self.inc_lock_ref(last)
         self.dec_lock_ref(node)
         return Cached(last, tree_slots if rewritten else None)
 
-    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode) -> None:
-        self._take_over(key, slots, cached_len)
+    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode,
+                       salt: Optional[str] = None) -> None:
+        self._take_over(key, slots, cached_len, salt)
         self.dec_lock_ref(node)
 
     # ---------------------------------------------------------------- locking
@@ -145,7 +147,7 @@ class RadixCache(PrefixCache):
             freed += len(node.key)
             self.evictable_size -= len(node.key)
             parent = node.parent
-            del parent.children[node.key[0]]
+            del parent.children[node.index_key]
             if parent is not self.root and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
         self.evicted_tokens += freed

@@ -1,21 +1,39 @@
-"""A node of the prefix tree: an edge of token ids and the KV slots that hold them."""
+"""A node of the prefix tree: an edge of token ids and the KV slots that hold them.
+
+Cache isolation: every node carries the ``salt`` (namespace) of the requests that made it,
+and a parent indexes it under ``child_key(salt, key[0])``: the bare token when unsalted,
+``(salt, token)`` otherwise.  So a look-up with one salt can never walk into a node made
+under another, and the namespaces share only the root (which holds no KV slot).
+"""
 from __future__ import annotations
 
 import itertools
-from typing import Optional
+from typing import Hashable, Optional
 
 import torch
 
 clock = itertools.count()  # access stamps: eviction frees the least recently used leaves first
 
 
-class TreeNode:
-    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access")
+def child_key(salt: Optional[str], token: int) -> Hashable:
+    """How a parent indexes a child whose edge starts with ``token`` in namespace ``salt``."""
+    return token if salt is None else (salt, token)
 
-    def __init__(self, key: list[int], value: torch.Tensor, parent: Optional["TreeNode"]) -> None:
+
+class TreeNode:
+    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access", "salt")
+
+    def __init__(self, key: list[int], value: torch.Tensor, parent: Optional["TreeNode"],
+                 salt: Optional[str] = None) -> None:
         self.key = key  # token ids on the edge from parent to this node
         self.value = value  # int64 KV slots, one per key token
-        self.children: dict[int, TreeNode] = {}
+        self.children: dict[Hashable, TreeNode] = {}
         self.parent = parent
         self.lock_ref = 0
         self.last_access = next(clock)
+        self.salt = salt  # the cache namespace (None: the shared one)
+
+    @property
+    def index_key(self) -> Hashable:
+        """The key under which ``parent.children`` holds this node."""
+        return child_key(self.salt, self.key[0])

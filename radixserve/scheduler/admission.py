@@ -41,7 +41,7 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
         if len(running) >= cfg.max_running_requests or token_budget <= 0:
             break
         match = kv.match_and_lock(req)
-        if in_batch.should_defer(req.fill_ids, match.length):
+        if in_batch.should_defer(req.fill_ids, match.length, req.cache_salt):
             kv.unlock(match)
             continue
         extend = req.fill_len - match.length
@@ -62,7 +62,7 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
         req.status = ReqStatus.RUNNING
         running.append(req)
         batch.append((req, n))
-        in_batch.add(req.fill_ids)
+        in_batch.add(req.fill_ids, req.cache_salt)
         reserve += future
         token_budget -= n
         if n < extend:

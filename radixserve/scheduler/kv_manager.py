@@ -7,7 +7,8 @@ for the step being planned, ``row[kv_len:kv_len + n]``).
 Contract: the ``KVManager`` is the only writer of the request-to-token table, the allocator
 and the prefix cache behind it, and of a request's ``row``, ``cached_len`` and ``last_node``
 (``kv_len`` is set at admission; the caller advances it after each step).  It is
-single-threaded: the scheduler thread only.
+single-threaded: the scheduler thread only.  Every prefix look-up and insertion uses the
+request's ``cache_salt`` (its cache namespace).
 A request holds a row from ``admit`` until ``release``; slots allocated past ``kv_len``
 (``admit``, ``alloc_extend``, ``alloc_decode``) become computed when the caller advances
 ``kv_len`` after the step, or go back with ``free_tail`` when the step does not run (and
@@ -80,14 +81,14 @@ class KVManager:
     def match_len(self, req: Req) -> int:
         """How many leading tokens of ``req`` are cached (refreshes their LRU stamps; may
         split a node).  Locks nothing."""
-        slots, _ = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()])
+        slots, _ = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
         return len(slots)
 
     # ------------------------------------------------------------------ admission
     def match_and_lock(self, req: Req) -> PrefixMatch:
         """The cached prefix ``req`` may use, locked so that it cannot be evicted: the caller
         either ``admit``s the request with it or ``unlock``s it."""
-        slots, node = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()])
+        slots, node = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
         self._cache.inc_lock_ref(node)
         return PrefixMatch(slots, node)
 
@@ -162,7 +163,7 @@ class KVManager:
         lock, split or LRU stamp changes)."""
         if req.last_node is None:
             return []
-        return continuation(req.last_node, req.fill_ids[req.cached_len:], n)
+        return continuation(req.last_node, req.fill_ids[req.cached_len:], n, req.cache_salt)
 
     def _alloc(self, n: int) -> Optional[torch.Tensor]:
         self.make_room(n)
@@ -177,7 +178,7 @@ class KVManager:
             return False
         row = self._rows.table[req.row]
         got = self._cache.cache_unfinished(req.fill_ids[: req.kv_len], row[: req.kv_len].long(),
-                                           req.cached_len, req.last_node)
+                                           req.cached_len, req.last_node, req.cache_salt)
         if got is None:
             return False
         if got.slots is not None:
@@ -190,7 +191,8 @@ class KVManager:
         (or back to the allocator) and its lock is dropped.  Slots allocated past ``kv_len``
         must have been computed or returned with ``free_tail`` first."""
         row = self._rows.table[req.row]
-        self._cache.cache_finished(req.fill_ids[: req.kv_len], row[: req.kv_len].long(), req.cached_len, req.last_node)
+        self._cache.cache_finished(req.fill_ids[: req.kv_len], row[: req.kv_len].long(), req.cached_len, req.last_node,
+                                   req.cache_salt)
         self._rows.free(req.row)
         del self._live[req.row]
         req.row, req.last_node, req.kv_len, req.cached_len = None, None, 0, 0

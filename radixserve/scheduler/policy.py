@@ -65,14 +65,15 @@ class InBatchPrefixFilter:
         self.threshold = threshold
         self.tree = RadixCache(free_fn=lambda _: None)
 
-    def should_defer(self, tokens: list[int], cached_len: int) -> bool:
-        """True when a request admitted this round will compute at least ``threshold`` of
-        this request's not-yet-cached tokens, or the very same tokens (n > 1 copies)."""
+    def should_defer(self, tokens: list[int], cached_len: int, salt: Optional[str] = None) -> bool:
+        """True when a request admitted this round (under the same cache ``salt``) will compute
+        at least ``threshold`` of this request's not-yet-cached tokens, or the very same tokens
+        (n > 1 copies)."""
         if self.threshold <= 0 or len(tokens) == cached_len:
             return False
-        matched, _ = self.tree.match_prefix(tokens)
+        matched, _ = self.tree.match_prefix(tokens, salt)
         return len(matched) - cached_len >= self.threshold or len(matched) == len(tokens)
 
-    def add(self, tokens: list[int]) -> None:
+    def add(self, tokens: list[int], salt: Optional[str] = None) -> None:
         if self.threshold > 0:
-            self.tree.insert(tokens, torch.zeros(len(tokens), dtype=torch.int64))
+            self.tree.insert(tokens, torch.zeros(len(tokens), dtype=torch.int64), salt)

@@ -72,6 +72,11 @@ class Req:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def cache_salt(self) -> Optional[str]:
+        """The request's prefix-cache namespace: requests with different salts share no KV."""
+        return self.sampling.cache_salt
+
     def remaining_new_tokens(self) -> int:
         return max(0, self.sampling.max_new_tokens - len(self.output_ids))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -19,11 +19,14 @@ from pydantic import BaseModel
 from radixserve.config import EngineConfig, ServerConfig
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
+from radixserve.server.key_auth import KeyAuthMiddleware
+from radixserve.server.keys import KeyStore
 from radixserve.server.openai_api import openai_router
 from radixserve.server.openai_embeddings import embeddings_router
 from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
 from radixserve.server.req_state import RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
+from radixserve.server.usage_api import usage_router
 
 
 class TokenizeReqInput(BaseModel):
@@ -41,6 +44,7 @@ class ServerContext:
     model_path: str
     tokenizer_path: str
     pids: dict[str, int]
+    keys: Optional[KeyStore] = None  # multi-key mode (--api-keys-file)
 
 
 def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
@@ -70,6 +74,10 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
         if any(p.get("priority", obj.priority) != obj.priority for p in params):
             raise RequestError(400, "priority: differs from sampling_params.priority; give it once")
         params = [{**p, "priority": obj.priority} for p in params]
+    if obj.cache_salt is not None:
+        if any(p.get("cache_salt", obj.cache_salt) != obj.cache_salt for p in params):
+            raise RequestError(400, "cache_salt: differs from sampling_params.cache_salt; give it once")
+        params = [{**p, "cache_salt": obj.cache_salt} for p in params]
     rids = obj.rid
     if isinstance(rids, str):
         rids = [rids] if not batched else [f"{rids}-{i}" for i in range(len(prompts))]
@@ -80,10 +88,13 @@ def create_app(ctx: ServerContext) -> FastAPI:
     tm = ctx.tm
     app = FastAPI(title="radixserve")
     install_error_handlers(app)
-    if ctx.server_cfg.api_key:
+    if ctx.keys is not None:
+        app.add_middleware(KeyAuthMiddleware, store=ctx.keys)
+    elif ctx.server_cfg.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=ctx.server_cfg.api_key)
     app.include_router(openai_router(ctx))
     app.include_router(embeddings_router(ctx))
+    app.include_router(usage_router(ctx))
 
     @app.post("/generate")
     async def generate(request: Request):

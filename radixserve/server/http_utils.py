@@ -19,8 +19,9 @@ from radixserve.server.req_state import RequestError
 
 M = TypeVar("M", bound=BaseModel)
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                503: "service_unavailable", 500: "internal_server_error"}
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 429: "rate_limit_error", 503: "service_unavailable",
+                500: "internal_server_error"}
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:

@@ -140,10 +140,19 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     import uvicorn
 
     from radixserve.tokenizer import load_light_tokenizer
+    from radixserve.server.accounting import Accounting, StartupError, open_accounting
     from radixserve.server.app import ServerContext, create_app
+    from radixserve.server.budget import Ledger
     from radixserve.server.tokenizer_manager import TokenizerManager
 
     configure_logging(server_cfg.log_level, "server")
+    try:
+        keys, usage_db = open_accounting(server_cfg)  # a bad keys file stops here, before any child starts
+    except StartupError as e:
+        logger.error("cannot start: %s", e)
+        return 2
+    if keys is not None:  # until the event loop takes SIGHUP over, so a reload during start-up never kills us
+        signal.signal(signal.SIGHUP, lambda *_: keys.reload())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # SIGTERM behaves like Ctrl-C: uvicorn captures both while it runs and re-raises them
     # when it stops; with the default SIGTERM action that would kill this process before it
@@ -167,9 +176,11 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
                     time.perf_counter() - t0, hf_dir, info.dtype, info.quantization, info.device, info.num_slots - 1,
                     info.context_len)
         tm = TokenizerManager(tokenizer, info, launcher.addrs, tokenizer_path)
+        if usage_db is not None:
+            tm.accounting = Accounting(Ledger(usage_db), tm.metrics, keys)
         ctx = ServerContext(tm, engine_cfg, server_cfg, model_name(engine_cfg.model.path),
                             engine_cfg.model.path or hf_dir, tokenizer_path,
-                            {n: p.pid for n, p in launcher.procs.items()} | {"server": os.getpid()})
+                            {n: p.pid for n, p in launcher.procs.items()} | {"server": os.getpid()}, keys)
         app = create_app(ctx)
         server = uvicorn.Server(uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
                                                log_level=server_cfg.log_level.lower(), timeout_graceful_shutdown=2))
@@ -177,6 +188,8 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         async def main() -> None:
             tasks = [asyncio.create_task(tm.recv_loop()), asyncio.create_task(launcher.watch(tm, server))]
             tm.chat.preload()
+            if keys is not None:  # SIGHUP re-reads the keys file (a bad one keeps the old keys)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keys.reload)
             try:
                 await server.serve()
             finally:
@@ -193,4 +206,6 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         pass
     finally:
         launcher.shutdown()
+        if usage_db is not None:
+            usage_db.close()
     return launcher.exit_code

@@ -94,6 +94,7 @@ class _GenerateBase(BaseModel):
     top_logprobs_num: Union[int, list[int], None] = 0
     return_text_in_logprobs: bool = False
     priority: Optional[StrictInt] = None  # SGLang's place for it: applies to every prompt
+    cache_salt: Optional[str] = None  # vLLM's: the prompts' prefix-cache namespace (SamplingParams.cache_salt)
 
     @field_validator(*UNSUPPORTED_WHEN_SET, check_fields=False)
     @classmethod

@@ -4,7 +4,9 @@ It tokenizes and validates requests (400s name the field), expands batches and n
 single sequences, sends them to the scheduler, and routes the detokenizer's outputs back
 to the waiting handler.  Contract of ``events``: it yields a ReqState each time that
 state changed, raises ``RequestError`` if one of the group failed, and on every exit path
-(finish, error, client gone, cancellation) aborts what is still running.
+(finish, error, client gone, cancellation) aborts what is still running.  With ``accounting``
+set, ``submit`` admits the group against its API key (429 before anything is sent) and each
+sequence is charged when it is done (``_done``: finished, failed or aborted).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, send_obj
 from radixserve.metrics import Metrics
 from radixserve.request_builder import Limits, RequestBuilder
+from radixserve.server.accounting import Accounting
 from radixserve.server.chat_encoder import ChatEncoder
 from radixserve.server.req_state import ReqState, RequestError
 
@@ -45,6 +48,7 @@ class TokenizerManager:
         self.healthy = True
         self.dead_reason: Optional[str] = None
         self._token_texts: dict[int, str] = {}
+        self.accounting: Optional[Accounting] = None  # per-key budgets and usage (server/accounting.py)
 
     # ------------------------------------------------------------------ input
     def encode(self, text: str) -> list[int]:
@@ -92,6 +96,8 @@ class TokenizerManager:
     def submit(self, reqs: list[TokenizedRequest]) -> list[ReqState]:
         if not self.healthy:
             raise RequestError(503, f"server unhealthy: {self.dead_reason}")
+        if self.accounting is not None:
+            self.accounting.admit(reqs)  # may raise 429: then nothing is sent or charged
         group: asyncio.Queue = asyncio.Queue()
         states = []
         for i, r in enumerate(reqs):
@@ -167,6 +173,7 @@ class TokenizerManager:
         self.healthy, self.dead_reason = False, reason
         for st in list(self.states.values()):
             st.fail(RequestError(500, f"server error: {reason}"))
+            self._done(st)
         for fut in self.waiters.values():
             if not fut.done():
                 fut.set_exception(RequestError(503, f"server unhealthy: {reason}"))
@@ -189,13 +196,16 @@ class TokenizerManager:
                     continue
                 self._observe(st, out, now)
                 st.apply(out, now)
-                if st.detached and st.done:
-                    self.states.pop(st.rid, None)
+                if st.done:
+                    self._done(st)
+                    if st.detached:
+                        self.states.pop(st.rid, None)
         elif isinstance(msg, ReqError):
             st = self.states.pop(msg.rid, None)
             if st is not None:
                 headers = {"Retry-After": "1"} if msg.status == 503 else None
                 st.fail(RequestError(msg.status, msg.message, headers))
+                self._done(st)
         elif isinstance(msg, ControlReply):
             fut = self.waiters.get(msg.req_id)
             if fut is not None and not fut.done():
@@ -203,6 +213,14 @@ class TokenizerManager:
         elif isinstance(msg, SchedulerStats):
             self.last_stats = msg
             self.metrics.observe_stats(msg)
+
+    def _done(self, st: ReqState) -> None:
+        """``st`` finished or failed: charge it (durable before its handler resumes)."""
+        if self.accounting is not None:
+            try:
+                self.accounting.settle(st)
+            except Exception:
+                logger.exception("charging %s failed", st.rid)
 
     def _observe(self, st: ReqState, out: Any, now: float) -> None:
         m = self.metrics
