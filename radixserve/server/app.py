@@ -20,6 +20,7 @@ from radixserve.config import EngineConfig, ServerConfig
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
 from radixserve.server.openai_api import openai_router
+from radixserve.server.openai_chat import chat_router
 from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
 from radixserve.server.req_state import RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
@@ -82,6 +83,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     if ctx.server_cfg.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=ctx.server_cfg.api_key)
     app.include_router(openai_router(ctx))
+    app.include_router(chat_router(ctx))
 
     @app.post("/generate")
     async def generate(request: Request):

@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions.
+"""OpenAI-compatible routes: /v1/models, /v1/completions (/v1/chat/completions: openai_chat.py).
 
 ``response_format`` ``{"type": "json_object"}`` constrains the output to a JSON object,
 ``{"type": "json_schema", "json_schema": {"schema": ...}}`` to the schema (SGLang's ``regex``
@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
-from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, ChatCompletionRequest, CompletionRequest
+from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, CompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
 
 _RENAMES = {"sampling_params.max_new_tokens": "max_tokens", "sampling_params.min_new_tokens": "min_tokens",
@@ -76,15 +76,6 @@ def openai_router(ctx: Any) -> APIRouter:
             raise _openai_names(e) from None
         return tm.submit(reqs)
 
-    def lp_entry(tid: int, lp: float) -> dict[str, Any]:
-        s = tm.token_text(tid)
-        return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
-
-    def chat_logprobs(st: ReqState, start: int, top: int) -> Optional[dict]:
-        return {"content": [{**lp_entry(t.token_id, t.logprob),
-                             "top_logprobs": [lp_entry(i, v) for v, i in (t.top or [])[:top]]}
-                            for t in st.output_logprobs[start:]]}
-
     def completion_logprobs(st: ReqState, start: int, top: int) -> dict:
         lps = st.output_logprobs[start:]
         tokens = [tm.token_text(t.token_id) for t in lps]
@@ -112,14 +103,9 @@ def openai_router(ctx: Any) -> APIRouter:
             choices = []
             for st in states:
                 c: dict[str, Any] = {"index": st.index, "finish_reason": finish_str(st), "logprobs": None}
-                if kind == "chat":
-                    c["message"] = {"role": "assistant", "content": st.text}
-                    if top is not None:
-                        c["logprobs"] = chat_logprobs(st, 0, top)
-                else:
-                    c["text"] = st.text
-                    if top is not None:
-                        c["logprobs"] = completion_logprobs(st, 0, top)
+                c["text"] = st.text
+                if top is not None:
+                    c["logprobs"] = completion_logprobs(st, 0, top)
                 choices.append(c)
             obj = "chat.completion" if kind == "chat" else "text_completion"
             return {**base, "object": obj, "choices": choices, "usage": usage(states, n)}
@@ -131,18 +117,13 @@ def openai_router(ctx: Any) -> APIRouter:
 
         def render(st: ReqState) -> list:
             i = st.index
-            delta, first = st.text[sent_text[i]:], sent_lp[i] == 0 and sent_text[i] == 0
-            if not delta and st.finish_reason is None and not (kind == "chat" and first):
+            delta = st.text[sent_text[i]:]
+            if not delta and st.finish_reason is None:
                 return []
             c: dict[str, Any] = {"index": i, "finish_reason": finish_str(st), "logprobs": None}
-            if kind == "chat":
-                c["delta"] = {"role": "assistant", "content": delta} if first else {"content": delta}
-                if top is not None:
-                    c["logprobs"] = chat_logprobs(st, sent_lp[i], top)
-            else:
-                c["text"] = delta
-                if top is not None:
-                    c["logprobs"] = completion_logprobs(st, sent_lp[i], top)
+            c["text"] = delta
+            if top is not None:
+                c["logprobs"] = completion_logprobs(st, sent_lp[i], top)
             sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
             chunk = {**base, "object": obj, "choices": [c]}
             if include_usage:
@@ -179,16 +160,5 @@ def openai_router(ctx: Any) -> APIRouter:
         params = sampling_dict(req, req.max_tokens, 16)
         states = submit(prompts, names, params, req.rid, req.logprobs)
         return await respond(req, states, request, "completion", req.logprobs)
-
-    @router.post("/v1/chat/completions")
-    async def chat(request: Request):
-        req = await parse_body(request, ChatCompletionRequest)
-        msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
-        ids = await tm.chat.encode(msgs)
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = sampling_dict(req, max_tokens, tm.info.context_len)
-        top = (req.top_logprobs or 0) if req.logprobs else None
-        states = submit([ids], ["messages"], params, req.rid, top)
-        return await respond(req, states, request, "chat", top)
 
     return router

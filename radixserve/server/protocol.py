@@ -190,10 +190,46 @@ class ContentPart(BaseModel):
     text: Optional[str] = None
 
 
+class FunctionDef(BaseModel):
+    """``tools[i].function``: ``parameters`` is a JSON schema (absent: no parameters)."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class ToolDef(BaseModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ToolChoiceFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: ToolChoiceFunction
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: Union[str, list[ContentPart], None] = None
     name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None  # assistant messages
+    tool_call_id: Optional[str] = None  # tool messages
 
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
@@ -206,6 +242,9 @@ class ChatCompletionRequest(_OpenAIBase):
     max_completion_tokens: Optional[int] = None
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+    tools: Optional[list[ToolDef]] = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: Optional[bool] = None
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
