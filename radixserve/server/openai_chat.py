@@ -24,7 +24,7 @@ from radixserve.server.http_utils import first_and_rest, parse_body, stream_resp
 from radixserve.server.openai_api import _openai_names, finish_str, sampling_dict, usage
 from radixserve.server.protocol import ChatCompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
-from radixserve.server.tool_parsers import ToolParser, make_parser
+from radixserve.server.tool_parsers import HermesParser, ToolParser, make_parser
 from radixserve.server.tool_spec import ToolPlan, plan_tools, tool_schema_for_check
 from radixserve.server.tool_stream import ToolCallStream, finish_reason
 
@@ -159,7 +159,11 @@ def chat_router(ctx: Any) -> APIRouter:
             params["json_schema"] = plan.schema
             parser = make_parser("json", plan.names)
         elif plan.mode == "auto":
-            parser = make_parser(await tm.chat.tool_format(), plan.names)
+            fmt = await tm.chat.tool_format()
+            parser = make_parser(fmt, plan.names)
+            if fmt == "hermes" and req.parallel_tool_calls is False:  # one call: stop after it
+                stop = params.get("stop") or []
+                params["stop"] = [*([stop] if isinstance(stop, str) else stop), HermesParser.close]
         top = (req.top_logprobs or 0) if req.logprobs else None
         states = submit(req, plan, ids, params, top)
         return await respond(req, states, request, top, parser)
