@@ -56,6 +56,8 @@ def gen(name: Optional[str] = None, max_tokens: Optional[int] = None, min_tokens
     ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's) make the calls in the output
     available as ``state.tool_calls(name)`` (see tools.py)."""
     if choices:
+        if tools is not None:
+            raise ValueError("gen: choices cannot be combined with tools")
         return select(name, choices, temperature, choices_method, sampling.get("priority"))
     if n not in (None, 1):
         raise ValueError("gen: n > 1 is not supported inside a program (use s.fork(n))")

@@ -166,6 +166,8 @@ def detect_format(template: Optional[str]) -> Optional[str]:
         return None
     if "[TOOL_CALLS]" in template:
         return "mistral"
+    if "<tool_call>" in template:
+        return "hermes"
     if "<|python_tag|>" in template or '"parameters"' in template or "'parameters'" in template:
         return "llama3"
     return "hermes"  # <tool_call> (Qwen, Hermes) and templates without a recognizable format
