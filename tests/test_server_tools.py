@@ -4,6 +4,7 @@ a named function, ``auto`` (streamed and not), a ``role: tool`` round trip, and 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import openai
@@ -48,11 +49,16 @@ def required_t0(oai):
 def test_required_calls_validate_at_temperature_0_and_1(oai, required_t0):
     assert required_t0.choices[0].message.content is None
     assert_valid_calls(required_t0.choices[0])
-    # 6 samples at temperature 1: copy i of n samples with seed 1 + i
-    r = oai.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="required", n=6,
-                                    parallel_tool_calls=False, temperature=1.0, seed=1, max_tokens=40)
-    for ch in r.choices:
-        assert len(assert_valid_calls(ch)) == 1
+    # 8 samples at temperature 1 (copy i of a request with seed s samples with seed s + i), one
+    # call each or (parallel calls allowed) an array of calls; both requests run together
+    kw = dict(model="m", messages=ASK, tools=TOOLS, tool_choice="required", n=4, temperature=1.0, max_tokens=60)
+    with ThreadPoolExecutor(2) as pool:
+        single = pool.submit(oai.chat.completions.create, **kw, parallel_tool_calls=False, seed=1)
+        multi = pool.submit(oai.chat.completions.create, **kw, seed=11)
+        for ch in single.result().choices:
+            assert len(assert_valid_calls(ch)) == 1
+        for ch in multi.result().choices:
+            assert_valid_calls(ch)
 
 
 def test_named_function_streamed_matches_non_streamed(oai):

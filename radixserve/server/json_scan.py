@@ -11,6 +11,7 @@ single object).  Nothing here raises on malformed input: the status says ``inval
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -42,46 +43,45 @@ def skip_ws(text: str, i: int) -> int:
     return i
 
 
+_STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # the rest of a string, through its closing quote
+_NESTED = re.compile(r'["{}\[\]]')  # what matters inside an object / array
+_SCALAR_END = re.compile(r'[\s,\]}]')
+
+
 def string_end(text: str, i: int) -> Optional[int]:
     """Index after the JSON string opening at ``text[i]`` (a quote); None if unfinished."""
-    j = i + 1
-    while j < len(text):
-        c = text[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c == '"':
-            return j + 1
-        j += 1
-    return None
+    m = _STRING_BODY.match(text, i + 1)
+    return None if m is None else m.end()
 
 
 def value_end(text: str, i: int) -> tuple[str, int]:
     """(status, index after the JSON value starting at ``text[i]``); a bare scalar at the
     very end of the text is unfinished (more digits may follow)."""
+    c = text[i]
+    if c == '"':
+        e = string_end(text, i)
+        return (PARTIAL, len(text)) if e is None else (DONE, e)
+    if c not in "{[":
+        m = _SCALAR_END.search(text, i)
+        if m is None:
+            return PARTIAL, len(text)
+        return (INVALID, i) if m.start() == i else (DONE, m.start())
     depth, j = 0, i
-    while j < len(text):
-        c = text[j]
+    while True:
+        m = _NESTED.search(text, j)
+        if m is None:
+            return PARTIAL, len(text)
+        j, c = m.start(), m.group()
         if c == '"':
             e = string_end(text, j)
             if e is None:
                 return PARTIAL, len(text)
             j = e
-            if depth == 0:
-                return DONE, j
             continue
-        if c in "{[":
-            depth += 1
-        elif c in "}]":
-            if depth == 0:
-                return (INVALID, j) if j == i else (DONE, j)
-            depth -= 1
-            if depth == 0:
-                return DONE, j + 1
-        elif depth == 0 and (c in _WS or c == ","):
-            return (INVALID, j) if j == i else (DONE, j)
+        depth += 1 if c in "{[" else -1
         j += 1
-    return PARTIAL, len(text)
+        if depth == 0:
+            return DONE, j
 
 
 def scan_call(text: str, i: int, arg_keys: tuple[str, ...] = ARG_KEYS) -> CallText:
