@@ -52,24 +52,29 @@ def test_required_calls_validate_at_temperature_0_and_1(oai, required_t0):
     # 8 samples at temperature 1 (copy i of a request with seed s samples with seed s + i), one
     # call each or (parallel calls allowed) an array of calls; both requests run together
     kw = dict(model="m", messages=ASK, tools=TOOLS, tool_choice="required", n=4, temperature=1.0, max_tokens=60)
-    with ThreadPoolExecutor(2) as pool:
-        single = pool.submit(oai.chat.completions.create, **kw, parallel_tool_calls=False, seed=1)
-        multi = pool.submit(oai.chat.completions.create, **kw, seed=11)
-        for ch in single.result().choices:
-            assert len(assert_valid_calls(ch)) == 1
-        for ch in multi.result().choices:
-            assert_valid_calls(ch)
+    single, multi = together(lambda: oai.chat.completions.create(**kw, parallel_tool_calls=False, seed=1),
+                             lambda: oai.chat.completions.create(**kw, seed=11))
+    for ch in single.choices:
+        assert len(assert_valid_calls(ch)) == 1
+    for ch in multi.choices:
+        assert_valid_calls(ch)
+
+
+def together(*calls):
+    """Run the calls concurrently (the server batches them: fewer decode steps in all)."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(c) for c in calls]
+        return [f.result() for f in futures]
 
 
 def test_named_function_streamed_matches_non_streamed(oai):
-    choice = {"type": "function", "function": {"name": "get_time"}}
-    whole = oai.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice=choice, temperature=0,
-                                        max_tokens=30)
+    kw = dict(model="m", messages=ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}},
+              temperature=0, max_tokens=30)
+    whole, chunks = together(lambda: oai.chat.completions.create(**kw),
+                             lambda: list(oai.chat.completions.create(**kw, stream=True)))
     [call] = assert_valid_calls(whole.choices[0])
     assert call.function.name == "get_time"
     state = ChatCompletionStreamState(input_tools=TOOLS)
-    chunks = list(oai.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice=choice,
-                                              temperature=0, max_tokens=30, stream=True))
     for ch in chunks:
         state.handle_chunk(ch)
     rebuilt = state.get_final_completion().choices[0]
@@ -91,18 +96,22 @@ def _few_shot() -> list[dict]:
 
 
 def test_auto_parses_calls_streamed_and_not(oai):
+    """SmolLM2 imitates the calls of a few-shot history (Hermes format, parsed from free text)."""
     kw = dict(model="m", messages=_few_shot(), tools=TOOLS, temperature=0, max_tokens=40, parallel_tool_calls=False)
-    whole = oai.chat.completions.create(**kw)
+
+    def streamed():
+        with oai.chat.completions.stream(**kw) as stream:
+            for _ in stream:
+                pass
+            return stream.get_final_completion().choices[0]
+
+    whole, final, none = together(lambda: oai.chat.completions.create(**kw), streamed,
+                                  lambda: oai.chat.completions.create(**{**kw, "tool_choice": "none", "max_tokens": 4}))
     [call] = assert_valid_calls(whole.choices[0])
     assert call.function.name == "get_forecast" and json.loads(call.function.arguments)["city"] == "London"
-    with oai.chat.completions.stream(**kw) as stream:
-        for _ in stream:
-            pass
-        final = stream.get_final_completion().choices[0]
     assert final.finish_reason == "tool_calls"
     assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls] == \
         [(call.function.name, call.function.arguments)]
-    none = oai.chat.completions.create(**{**kw, "tool_choice": "none", "max_tokens": 4})
     assert none.choices[0].message.tool_calls is None and none.choices[0].finish_reason == "length"
 
 
@@ -131,6 +140,7 @@ def test_tool_result_round_trip(oai, smol_dir, required_t0):
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
     ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.tool_call_id"),
 ])
 def test_bad_tool_requests_name_the_field(oai, kw, field):

@@ -155,7 +155,8 @@ def chat_router(ctx: Any) -> APIRouter:
         if plan.schema is not None:
             for key, field in (("json_schema", "response_format"), ("regex", "regex")):
                 if key in params:
-                    raise RequestError(400, f"{field}: cannot be combined with tool_choice {plan.mode!r}")
+                    choice = "'required'" if plan.mode == "required" else "naming a function"
+                    raise RequestError(400, f"{field}: cannot be combined with tool_choice {choice}")
             params["json_schema"] = plan.schema
             parser = make_parser("json", plan.names)
         elif plan.mode == "auto":
