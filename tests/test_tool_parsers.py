@@ -35,7 +35,7 @@ def test_scan_call_partial_done_invalid():
     assert (done.status, done.name, done.args, done.end) == (DONE, "f", '{"a": [1, {"b": "x}"}]}', len(text))
     assert scan_call('{"arguments": {}, "name": "f"}', 0).name == "f"  # any key order
     for bad in ('x', '{"name": 3, "arguments": {}}', '{"name": "f"}', '{"name": "f", "arguments": {"a": }}',
-                '{"name" "f"}'):
+                '{"name" "f"}', '{"name": "f" "arguments": {}}', '{, "name": "f", "arguments": {}}'):
         assert scan_call(bad, 0).status == INVALID, bad
     calls, status = scan_calls('[{"name": "a", "arguments": {}}, {"name": "b", "argu')
     assert status == PARTIAL and [c.name for c in calls] == ["a", "b"] and calls[1].status == PARTIAL
@@ -181,3 +181,35 @@ def test_hermes_rendering_of_a_round_trip():
     assert out[3]["content"] == "<tool_response>\n21C\n</tool_response>\n<tool_response>\n22C\n</tool_response>"
     with_system = hermes_messages([{"role": "system", "content": "Be brief."}, msgs[0]], [W])
     assert with_system[0]["content"].startswith("Be brief.\n\n# Tools")
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "json"])
+def test_random_texts_stream_consistently(fmt):
+    """Whatever the text (calls, unknown names, garbage, cut anywhere) and however it is split,
+    the streamed content is a prefix of the final content and every final call's streamed
+    arguments are exactly its final arguments."""
+    import random
+
+    rng = random.Random(fmt)
+    call = '{"name": "get_weather", "arguments": {"city": "P\\"a}ris", "n": [1, 2]}}'
+    pieces = {"hermes": ["Hi ", "<tool_call>\n" + call + "\n</tool_call>\n", "<tool_", "oops {", " ",
+                         '<tool_call>{"name": "zz", "arguments": {}}</tool_call>'],
+              "llama3": ["<|python_tag|>", call.replace("arguments", "parameters"), "; ", "text", " "],
+              "mistral": ["ok ", "[TOOL_CALLS] [", call, ", ", "]", "x"],
+              "json": ["[", call, ",", "]", " ", '{"na']}[fmt]
+    for _ in range(150):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 6)))
+        cuts = sorted(rng.sample(range(1, len(text) + 1), min(len(text), rng.randrange(1, 8))))
+        stream = ToolCallStream(make_parser(fmt, {"get_weather"}))
+        content, args = "", {}
+        for k in [*cuts[:-1], len(text)]:
+            c, deltas = stream.step(text[:k], k == len(text))
+            content += c
+            for d in deltas:
+                args[d["index"]] = args.get(d["index"], "") + d["function"]["arguments"]
+        final_content, calls = ToolCallStream(make_parser(fmt, {"get_weather"})).message(text)
+        assert (final_content or "").startswith(content), (text, cuts)
+        assert content == (final_content or "") or stream.called, (text, cuts)
+        for i, c in enumerate(calls):
+            assert args[i] == c["function"]["arguments"], (text, cuts)
+            json.loads(c["function"]["arguments"])

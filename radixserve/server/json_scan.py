@@ -93,7 +93,7 @@ def scan_call(text: str, i: int, arg_keys: tuple[str, ...] = ARG_KEYS) -> CallTe
     if text[i] != "{":
         call.status = INVALID
         return call
-    i += 1
+    i, first = i + 1, True
     while True:
         i = skip_ws(text, i)
         if i >= len(text):
@@ -101,10 +101,14 @@ def scan_call(text: str, i: int, arg_keys: tuple[str, ...] = ARG_KEYS) -> CallTe
         if text[i] == "}":
             call.status, call.end = (DONE, i + 1) if call.name is not None and call.args_done else (INVALID, i)
             return call
-        if text[i] == ",":
+        if not first:  # members are separated by commas
+            if text[i] != ",":
+                call.status = INVALID
+                return call
             i = skip_ws(text, i + 1)
             if i >= len(text):
                 return call
+        first = False
         if text[i] != '"':
             call.status = INVALID
             return call

@@ -36,11 +36,6 @@ class ToolPlan:
     names: set[str] = field(default_factory=set)
     schema: Optional[dict[str, Any]] = None  # the json_schema constraint (required / named)
 
-    @property
-    def parser_format(self) -> Optional[str]:
-        """"json" for a constrained plan, None for ``none``; ``auto`` uses the template's format."""
-        return {"none": None, "auto": "auto"}.get(self.mode, "json")
-
 
 def check_tools(raw: Any) -> list[ToolDef]:
     """Validate a list of OpenAI tool dicts (for callers that do not go through pydantic)."""
