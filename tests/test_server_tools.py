@@ -92,7 +92,8 @@ WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {
 def _few_shot() -> list[dict]:
     def call(i: int, city: str) -> dict:
         fn = {"name": "weather", "arguments": json.dumps({"city": city})}
-        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{i}", "type": "function", "function": fn}]}
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": f"call_{i}", "type": "function", "function": fn}]}
     return [{"role": "user", "content": "Weather in Paris?"}, call(1, "Paris"),
             {"role": "user", "content": "Weather in Rome?"}, call(2, "Rome"),
             {"role": "user", "content": "Weather in London?"}]
