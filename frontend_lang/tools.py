@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from radixserve.server.protocol import NamedToolChoice
 from radixserve.server.tool_parsers import HermesParser, detect_format, make_parser
 from radixserve.server.tool_prompt import tools_system_prompt
+from radixserve.server.tool_protocol import NamedToolChoice
 from radixserve.server.tool_spec import ToolPlan, check_tools, plan_tools
 from radixserve.server.tool_stream import ToolCallStream
 

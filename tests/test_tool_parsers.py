@@ -11,9 +11,9 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from radixserve.server.json_scan import DONE, INVALID, PARTIAL, scan_call, scan_calls
-from radixserve.server.protocol import NamedToolChoice
 from radixserve.server.tool_parsers import detect_format, make_parser
 from radixserve.server.tool_prompt import hermes_messages
+from radixserve.server.tool_protocol import NamedToolChoice
 from radixserve.server.tool_spec import check_tools, plan_tools
 from radixserve.server.tool_stream import ToolCallStream, finish_reason
 

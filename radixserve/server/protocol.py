@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, cr
 from pydantic_core import PydanticCustomError
 
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.tool_protocol import NamedToolChoice, ToolCall, ToolDef
 
 
 class _SamplingBase(BaseModel):
@@ -188,40 +189,6 @@ class CompletionRequest(_OpenAIBase):
 class ContentPart(BaseModel):
     type: str
     text: Optional[str] = None
-
-
-class FunctionDef(BaseModel):
-    """``tools[i].function``: ``parameters`` is a JSON schema (absent: no parameters)."""
-
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
-    description: Optional[str] = None
-    parameters: Optional[dict[str, Any]] = None
-    strict: Optional[bool] = None
-
-
-class ToolDef(BaseModel):
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class ToolChoiceFunction(BaseModel):
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    type: Literal["function"]
-    function: ToolChoiceFunction
-
-
-class FunctionCall(BaseModel):
-    name: str
-    arguments: str  # JSON text, as OpenAI sends it
-
-
-class ToolCall(BaseModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
 
 
 class ChatMessage(BaseModel):
