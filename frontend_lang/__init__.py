@@ -19,7 +19,8 @@ The program API is SGLang's (``sglang.lang``): a program written for SGLang runs
 changing only ``import sglang as sgl`` to ``import frontend_lang as sgl``.  What has no
 meaning for a text-only radixserve backend raises a clear error when used (``image``,
 ``video``, ``separate_reasoning``, ``gen(n>1)``); ``function(num_api_spec_tokens=...)``
-is accepted and ignored.
+is accepted and ignored.  Tool calling: ``gen(name, tools=[...], tool_choice=...)`` and
+``state.tool_calls(name)`` (see tools.py).
 """
 from frontend_lang.api import (assistant, assistant_begin, assistant_end, flush_cache, gen, gen_int, gen_string,
                                get_default_backend, get_server_info, global_config, image, select, separate_reasoning,
@@ -32,6 +33,7 @@ from frontend_lang.choice_scoring import (greedy_token_selection, token_length_n
 from frontend_lang.errors import BackendError, FrontendError, ProgramError
 from frontend_lang.program import SglFunction, function
 from frontend_lang.state import ProgramState, ProgramStateGroup
+from frontend_lang.tools import tools_prompt
 
 __all__ = [
     "assistant", "assistant_begin", "assistant_end", "flush_cache", "gen", "gen_int", "gen_string",
@@ -41,4 +43,5 @@ __all__ = [
     "Backend", "EngineBackend", "Runtime", "RuntimeEndpoint", "ChatTemplate",
     "greedy_token_selection", "token_length_normalized", "unconditional_likelihood_normalized",
     "BackendError", "FrontendError", "ProgramError", "SglFunction", "function", "ProgramState", "ProgramStateGroup",
+    "tools_prompt",
 ]

@@ -16,6 +16,7 @@ from frontend_lang.dtypes import DType, check_dtype
 from frontend_lang.errors import ProgramError
 from frontend_lang.ir import Expr, ExprLike, ExprList, Gen, RoleBegin, RoleEnd, Select, to_expr
 from frontend_lang.sampling import SAMPLING_FIELDS, SamplingOverrides
+from frontend_lang.tools import make_plan
 
 
 class GlobalConfig:
@@ -46,20 +47,28 @@ def gen(name: Optional[str] = None, max_tokens: Optional[int] = None, min_tokens
         logprob_start_len: Optional[int] = None, top_logprobs_num: Optional[int] = None,
         return_text_in_logprobs: Optional[bool] = None, dtype: DType = None, choices: Optional[list[str]] = None,
         choices_method: Union[str, ChoicesSamplingMethod, None] = None, regex: Optional[str] = None,
-        json_schema: Union[str, dict, None] = None, **sampling: Any) -> Expr:
+        json_schema: Union[str, dict, None] = None, tools: Optional[list[dict]] = None, tool_choice: Any = None,
+        parallel_tool_calls: Optional[bool] = None, **sampling: Any) -> Expr:
     """Generate text into variable ``name``, with SGLang's arguments in SGLang's order; any
     other ``SamplingParams`` field (seed, repetition_penalty, no_stop_trim, ...) by keyword.
     Unset arguments fall back to the run's defaults.  With ``choices`` it is a ``select``;
-    ``dtype`` (int, float, str, bool) constrains the output as dtypes.py says."""
+    ``dtype`` (int, float, str, bool) constrains the output as dtypes.py says.  ``tools`` /
+    ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's) make the calls in the output
+    available as ``state.tool_calls(name)`` (see tools.py)."""
     if choices:
+        if tools is not None:
+            raise ValueError("gen: choices cannot be combined with tools")
         return select(name, choices, temperature, choices_method, sampling.get("priority"))
     if n not in (None, 1):
         raise ValueError("gen: n > 1 is not supported inside a program (use s.fork(n))")
+    plan = make_plan(tools, tool_choice, parallel_tool_calls)
+    if plan is not None and dtype is not None:
+        raise ValueError("gen: dtype cannot be combined with tools")
     given = {k: v for k, v in locals().items() if k in SAMPLING_FIELDS and k != "choices"}
     sampling.setdefault("max_new_tokens", max_tokens)
     sampling.setdefault("min_new_tokens", min_tokens)
     overrides = SamplingOverrides.of(**given, **sampling)
-    return Gen(name, overrides, check_dtype(dtype))
+    return Gen(name, overrides, check_dtype(dtype), plan, parallel_tool_calls)
 
 
 def gen_int(name: Optional[str] = None, max_tokens: Optional[int] = None, n: Optional[int] = None,

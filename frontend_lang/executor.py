@@ -21,6 +21,7 @@ from frontend_lang.ir import (CommitPrefix, Expr, ExprLike, Gen, RoleBegin, Role
                               VarScopeEnd, flatten, produces)
 from frontend_lang.sampling import SamplingOverrides
 from frontend_lang.select_op import run_select
+from frontend_lang.tools import parse_calls, sampling_with_tools
 from frontend_lang.transcript import Transcript
 
 
@@ -118,6 +119,9 @@ class StreamExecutor:
     def _gen(self, op: Gen) -> None:
         params, options = self.defaults.merged(op.sampling).split()
         params = apply_dtype(params, op.dtype)
+        source = self.backend.chat_template().source if op.tools is not None else ""
+        if op.tools is not None:
+            params = sampling_with_tools(op.tools, params, source, op.parallel_tool_calls)
         on_text = None
         if self.stream:
             def on_text(text: str) -> None:
@@ -125,6 +129,8 @@ class StreamExecutor:
                     self.partial = (op.name, text)
                     self.cond.notify_all()
         text, meta = self.backend.generate(self.text(), params, options, on_text)
+        if op.tools is not None:
+            meta = {**meta, "tool_calls": parse_calls(op.tools, text, source)}
         self._commit(op.name, text, text, meta)
 
     def _commit(self, name: Optional[str], text: str, value: Any, meta: Any) -> None:

@@ -36,6 +36,8 @@ class Gen(Expr):
     name: Optional[str]
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     dtype: Optional[str] = None  # "int", "float", "str" or "bool" (see dtypes.py)
+    tools: Any = None  # a ToolPlan (frontend_lang/tools.py): parse tool calls from the output
+    parallel_tool_calls: Optional[bool] = None
 
 
 @dataclass

@@ -99,6 +99,12 @@ class ProgramState:
         decision and every choice's scores for a select)."""
         return self._ex.get_meta_info(name)
 
+    def tool_calls(self, name: str) -> list[dict[str, Any]]:
+        """The calls a ``gen(name, tools=...)`` made, as OpenAI's ``message.tool_calls``
+        (``[]`` when it made none or had no tools)."""
+        meta = self._ex.get_meta_info(name)
+        return list(meta.get("tool_calls") or []) if isinstance(meta, dict) else []
+
     def __contains__(self, name: str) -> bool:
         self._ex.sync()
         return name in self._ex.variables

@@ -23,6 +23,7 @@ from radixserve.server.key_auth import KeyAuthMiddleware
 from radixserve.server.keys import KeyStore
 from radixserve.server.openai_api import openai_router
 from radixserve.server.openai_embeddings import embeddings_router
+from radixserve.server.openai_chat import chat_router
 from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
 from radixserve.server.req_state import RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
@@ -95,6 +96,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app.include_router(openai_router(ctx))
     app.include_router(embeddings_router(ctx))
     app.include_router(usage_router(ctx))
+    app.include_router(chat_router(ctx))
 
     @app.post("/generate")
     async def generate(request: Request):

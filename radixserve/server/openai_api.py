@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions.
+"""OpenAI-compatible routes: /v1/models, /v1/completions (/v1/chat/completions: openai_chat.py).
 
 ``response_format`` ``{"type": "json_object"}`` constrains the output to a JSON object,
 ``{"type": "json_schema", "json_schema": {"schema": ...}}`` to the schema (SGLang's ``regex``
@@ -18,7 +18,7 @@ from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
 from radixserve.server.openai_completion_view import CompletionView, prompt_texts
-from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, ChatCompletionRequest, CompletionRequest
+from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, CompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
 
 _RENAMES = {"sampling_params.max_new_tokens": "max_tokens", "sampling_params.min_new_tokens": "min_tokens",
@@ -79,24 +79,15 @@ def openai_router(ctx: Any) -> APIRouter:
             raise _openai_names(e) from None
         return tm.submit(reqs)
 
-    def lp_entry(tid: int, lp: float) -> dict[str, Any]:
-        s = tm.token_text(tid)
-        return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
-
-    def chat_logprobs(st: ReqState, start: int, top: int) -> Optional[dict]:
-        return {"content": [{**lp_entry(t.token_id, t.logprob),
-                             "top_logprobs": [lp_entry(i, v) for v, i in (t.top or [])[:top]]}
-                            for t in st.output_logprobs[start:]]}
-
     @router.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": ctx.model_name, "object": "model", "created": 0,
                                             "owned_by": "radixserve", "root": ctx.model_path,
                                             "max_model_len": tm.info.context_len}]}
 
-    async def respond(req: Any, states: list[ReqState], request: Request, kind: str, top: Optional[int],
-                      view: Optional[CompletionView] = None):
-        rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+    async def respond(req: Any, states: list[ReqState], request: Request, top: Optional[int],
+                      view: CompletionView):
+        rid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         base = {"id": rid, "created": created, "model": req.model or ctx.model_name}
         n = req.n
@@ -106,39 +97,29 @@ def openai_router(ctx: Any) -> APIRouter:
             choices = []
             for st in states:
                 c: dict[str, Any] = {"index": st.index, "finish_reason": finish_str(st), "logprobs": None}
-                if kind == "chat":
-                    c["message"] = {"role": "assistant", "content": st.text}
-                    if top is not None:
-                        c["logprobs"] = chat_logprobs(st, 0, top)
-                else:
-                    c["text"] = view.text(st, st.text, True)
-                    if top is not None:
-                        c["logprobs"] = view.logprobs(st, 0, top, True)
+                c["text"] = view.text(st, st.text, True)
+                if top is not None:
+                    c["logprobs"] = view.logprobs(st, 0, top, True)
                 choices.append(c)
-            obj = "chat.completion" if kind == "chat" else "text_completion"
+            obj = "text_completion"
             return {**base, "object": obj, "choices": choices, "usage": usage(states, n)}
 
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         sent_text = {st.index: 0 for st in states}
         sent_lp = {st.index: 0 for st in states}
         opened: set[int] = set()  # choices whose first chunk went out
-        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        obj = "text_completion"
 
         def render(st: ReqState) -> list:
             i = st.index
             delta, first = st.text[sent_text[i]:], i not in opened
-            if not delta and st.finish_reason is None and not (first and (kind == "chat" or view.echo)):
+            if not delta and st.finish_reason is None and not (first and view.echo):
                 return []
             opened.add(i)
             c: dict[str, Any] = {"index": i, "finish_reason": finish_str(st), "logprobs": None}
-            if kind == "chat":
-                c["delta"] = {"role": "assistant", "content": delta} if first else {"content": delta}
-                if top is not None:
-                    c["logprobs"] = chat_logprobs(st, sent_lp[i], top)
-            else:
-                c["text"] = view.text(st, delta, first)
-                if top is not None:
-                    c["logprobs"] = view.logprobs(st, sent_lp[i], top, first)
+            c["text"] = view.text(st, delta, first)
+            if top is not None:
+                c["logprobs"] = view.logprobs(st, sent_lp[i], top, first)
             sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
             chunk = {**base, "object": obj, "choices": [c]}
             if include_usage:
@@ -174,17 +155,6 @@ def openai_router(ctx: Any) -> APIRouter:
         view = CompletionView(tm, prompt_texts(tm, p, prompts) if req.echo else None, req.n)
         # echo with logprobs scores the prompt too (its first token has no logprob)
         states = submit(prompts, names, params, req.rid, req.logprobs, 0 if req.echo else -1)
-        return await respond(req, states, request, "completion", req.logprobs, view)
-
-    @router.post("/v1/chat/completions")
-    async def chat(request: Request):
-        req = await parse_body(request, ChatCompletionRequest)
-        msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
-        ids = await tm.chat.encode(msgs)
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = sampling_dict(req, max_tokens, tm.info.context_len)
-        top = (req.top_logprobs or 0) if req.logprobs else None
-        states = submit([ids], ["messages"], params, req.rid, top)
-        return await respond(req, states, request, "chat", top)
+        return await respond(req, states, request, req.logprobs, view)
 
     return router

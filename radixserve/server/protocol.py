@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, cr
 from pydantic_core import PydanticCustomError
 
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.tool_protocol import NamedToolChoice, ToolCall, ToolDef
 
 
 class _SamplingBase(BaseModel):
@@ -195,6 +196,8 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: Union[str, list[ContentPart], None] = None
     name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None  # assistant messages
+    tool_call_id: Optional[str] = None  # tool messages
 
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
@@ -207,6 +210,9 @@ class ChatCompletionRequest(_OpenAIBase):
     max_completion_tokens: Optional[int] = None
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+    tools: Optional[list[ToolDef]] = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: Optional[bool] = None
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}

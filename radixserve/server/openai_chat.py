@@ -1,0 +1,172 @@
+"""POST /v1/chat/completions, with tool calling.
+
+Messages are rendered with the model's chat template (chat_encoder.py; ``role: tool`` with
+``tool_call_id`` and assistant ``tool_calls`` included, see tool_prompt.py for the default
+rendering).  ``tools``/``tool_choice``/``parallel_tool_calls`` make a ``ToolPlan``
+(tool_spec.py): ``required`` and a named function constrain the output with a
+``json_schema`` built from the functions' parameters, ``auto`` parses calls from free text
+(tool_parsers.py).  A choice with calls has ``message.tool_calls`` (``content`` is the text
+before the first call, or null) and ``finish_reason: "tool_calls"``; streamed, the calls
+come as ``delta.tool_calls`` entries (tool_stream.py), and in ``auto`` mode text that may
+still become a call marker is held back.  Errors name the field (``tools.0.function.
+parameters: ...``, ``tool_choice: ...``, ``messages.2.tool_call_id: ...``).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Optional
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
+from radixserve.server.openai_api import _openai_names, finish_str, sampling_dict, usage
+from radixserve.server.protocol import ChatCompletionRequest
+from radixserve.server.req_state import ReqState, RequestError
+from radixserve.server.tool_parsers import HermesParser, ToolParser, make_parser
+from radixserve.server.tool_spec import ToolPlan, plan_tools, tool_schema_for_check
+from radixserve.server.tool_stream import ToolCallStream, finish_reason
+
+
+def message_dicts(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """The request's messages as chat-template dicts; RequestError(400) naming the field."""
+    out: list[dict[str, Any]] = []
+    call_names: dict[str, str] = {}
+    for i, m in enumerate(req.messages):
+        d: dict[str, Any] = {"role": m.role, "content": m.text()}
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise RequestError(400, f"messages.{i}.tool_calls: only assistant messages carry tool calls")
+            d["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+            call_names.update({c.id: c.function.name for c in m.tool_calls})
+        if m.role == "tool":
+            if not m.tool_call_id:
+                raise RequestError(400, f"messages.{i}.tool_call_id: required for role 'tool'")
+            d["tool_call_id"] = m.tool_call_id
+            name = m.name or call_names.get(m.tool_call_id)
+            if name:
+                d["name"] = name
+        out.append(d)
+    return out
+
+
+def chat_router(ctx: Any) -> APIRouter:
+    """The chat route over ``ctx`` (the app's ``ServerContext``)."""
+    tm = ctx.tm
+    router = APIRouter()
+
+    def build(ids: list[int], params: dict, rid: Optional[str], top: Optional[int]) -> list:
+        return tm.build([ids], [params], ["messages"], None if rid is None else [rid], top is not None, -1, top or 0)
+
+    def submit(req: ChatCompletionRequest, plan: ToolPlan, ids: list[int], params: dict, top: Optional[int]):
+        try:
+            return tm.submit(build(ids, params, req.rid, top))
+        except RequestError as e:
+            if plan.schema is None or "json_schema" not in e.message:
+                raise _openai_names(e) from None
+        for i, tool in enumerate(req.tools or []):  # name the tool whose schema does not compile
+            if plan.mode == "named" and tool.function.name != req.tool_choice.function.name:
+                continue
+            try:
+                build(ids, {**params, "json_schema": tool_schema_for_check(req.tools, i)}, None, None)
+            except RequestError as e:
+                reason = e.message.split("json_schema: ", 1)[-1]
+                raise RequestError(400, f"tools.{i}.function.parameters: {reason}") from None
+        raise RequestError(400, "tools: the functions' schemas cannot be combined into one constraint")
+
+    def lp_entry(tid: int, lp: float) -> dict[str, Any]:
+        s = tm.token_text(tid)
+        return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
+
+    def chat_logprobs(st: ReqState, start: int, top: int) -> dict:
+        return {"content": [{**lp_entry(t.token_id, t.logprob),
+                             "top_logprobs": [lp_entry(i, v) for v, i in (t.top or [])[:top]]}
+                            for t in st.output_logprobs[start:]]}
+
+    async def respond(req: ChatCompletionRequest, states: list[ReqState], request: Request, top: Optional[int],
+                      parser: Optional[ToolParser]):
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": req.model or ctx.model_name}
+        streams = {st.index: ToolCallStream(parser) for st in states} if parser is not None else {}
+        if not req.stream:
+            if not await tm.run_to_end(states, request.is_disconnected):
+                return Response(status_code=499)
+            choices = []
+            for st in states:
+                msg: dict[str, Any] = {"role": "assistant", "content": st.text}
+                reason = finish_str(st)
+                if parser is not None:
+                    msg["content"], calls = streams[st.index].message(st.text)
+                    if calls:
+                        msg["tool_calls"] = calls
+                    reason = finish_reason(reason, bool(calls))
+                choices.append({"index": st.index, "message": msg, "finish_reason": reason,
+                                "logprobs": None if top is None else chat_logprobs(st, 0, top)})
+            return {**base, "object": "chat.completion", "choices": choices, "usage": usage(states, req.n)}
+
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        sent_text = {st.index: 0 for st in states}
+        sent_lp = {st.index: 0 for st in states}
+        started: set[int] = set()
+
+        def render(st: ReqState) -> list:
+            i, reason = st.index, finish_str(st)
+            tool_deltas: list = []
+            if parser is not None:
+                content, tool_deltas = streams[i].step(st.text, reason is not None)
+                reason = finish_reason(reason, streams[i].called)
+            else:
+                content = st.text[sent_text[i]:]
+            if not content and not tool_deltas and reason is None and i in started:
+                return []
+            delta: dict[str, Any] = {} if i in started else {"role": "assistant"}
+            if content or parser is None or not tool_deltas and i not in started:
+                delta["content"] = content
+            if tool_deltas:
+                delta["tool_calls"] = tool_deltas
+            started.add(i)
+            c = {"index": i, "delta": delta, "finish_reason": reason,
+                 "logprobs": None if top is None else chat_logprobs(st, sent_lp[i], top)}
+            sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
+            chunk = {**base, "object": "chat.completion.chunk", "choices": [c]}
+            if include_usage:
+                chunk["usage"] = None
+            return [chunk]
+
+        def tail() -> list:
+            if not include_usage or not all(st.done for st in states):
+                return []
+            return [{**base, "object": "chat.completion.chunk", "choices": [], "usage": usage(states, req.n)}]
+
+        first, events = await first_and_rest(tm.events(states, request.is_disconnected))
+        return stream_response(first, events, render, tail)
+
+    @router.post("/v1/chat/completions")
+    async def chat(request: Request):
+        req = await parse_body(request, ChatCompletionRequest)
+        try:
+            plan = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
+        except ValueError as e:
+            raise RequestError(400, str(e)) from None
+        ids = await tm.chat.encode(message_dicts(req), plan.tools)
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        params = sampling_dict(req, max_tokens, tm.info.context_len)
+        parser = None
+        if plan.schema is not None:
+            for key, field in (("json_schema", "response_format"), ("regex", "regex")):
+                if key in params:
+                    choice = "'required'" if plan.mode == "required" else "naming a function"
+                    raise RequestError(400, f"{field}: cannot be combined with tool_choice {choice}")
+            params["json_schema"] = plan.schema
+            parser = make_parser("json", plan.names)
+        elif plan.mode == "auto":
+            fmt = await tm.chat.tool_format()
+            parser = make_parser(fmt, plan.names)
+            if fmt == "hermes" and req.parallel_tool_calls is False:  # one call: stop after it
+                stop = params.get("stop") or []
+                params["stop"] = [*([stop] if isinstance(stop, str) else stop), HermesParser.close]
+        top = (req.top_logprobs or 0) if req.logprobs else None
+        states = submit(req, plan, ids, params, top)
+        return await respond(req, states, request, top, parser)
+
+    return router
