@@ -1,0 +1,113 @@
+"""Constraints as llguidance grammars, validated synchronously (no tokenizer needed).
+
+Contract of ``llguidance_source(kind, value, whitespace)`` (``kind``: "regex", "json" (a
+canonical schema), "choices" (a JSON list) or "ebnf"): the llguidance grammar string the
+backend compiles, or ``ValueError("sampling_params.<field>: ...")`` with llguidance's own
+message.  ``LLMatcher.validate_grammar`` runs the JSON-schema compiler and the Lark parser
+(well under a millisecond for the project's schemas), so a bad request is a 400 and never an
+asynchronous abort.
+
+JSON schema options are passed as ``overrides``, applied after the schema's own
+``x-guidance`` block, so a schema cannot switch them: ``lenient`` is off (an unimplemented
+keyword is an error naming it, never ignored), ``coerce_one_of`` is off (a ``oneOf`` whose
+branches may overlap is refused rather than weakened to ``anyOf``), and whitespace follows
+``json_whitespace_pattern``: "" is compact JSON (``,`` and ``:`` with nothing around them),
+any other pattern is allowed between JSON tokens, as outlines-core does.
+
+Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
+extra properties (no ``additionalProperties``, ``patternProperties``,
+``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
+``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
+the model writes the listed properties only (as xgrammar's strict mode does).  Every output
+still validates against the schema as given; without it a small model tends to invent
+properties until ``max_new_tokens``.
+
+``ebnf`` takes Lark (llguidance's syntax, a ``start:`` rule) or GBNF (llama.cpp / SGLang's
+xgrammar ``root ::= ...``), converted with llguidance's ``gbnf_to_lark``.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+FIELD = {"regex": "regex", "json": "json_schema", "choices": "choices", "ebnf": "ebnf"}
+
+
+def json_options(whitespace: str) -> dict:
+    opts: dict = {"lenient": False, "coerce_one_of": False, "item_separator": ",", "key_separator": ":",
+                  "whitespace_flexible": False}
+    if whitespace:
+        opts["whitespace_pattern"] = whitespace
+    return opts
+
+
+_OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref")
+_SUB_DICTS = ("properties", "$defs", "definitions", "dependentSchemas")
+_SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+            "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+
+
+def close_objects(node: Any, in_all_of: bool = False) -> Any:
+    """A copy of the schema with ``additionalProperties: false`` where the docstring says."""
+    if isinstance(node, list):
+        return [close_objects(x, in_all_of) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = dict(node)
+    for k in _SUB_DICTS:
+        if isinstance(node.get(k), dict):
+            out[k] = {name: close_objects(v) for name, v in node[k].items()}
+    for k in _SUB_ONE:
+        if isinstance(node.get(k), (dict, list)):
+            out[k] = close_objects(node[k])
+    for k in ("anyOf", "oneOf", "prefixItems"):
+        if isinstance(node.get(k), list):
+            out[k] = [close_objects(v) for v in node[k]]
+    if isinstance(node.get("allOf"), list):
+        out["allOf"] = [close_objects(v, True) for v in node["allOf"]]
+    props = node.get("properties")
+    required = node.get("required", [])
+    if (isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
+            and isinstance(required, list) and all(r in props for r in required)):
+        out["additionalProperties"] = False
+    return out
+
+
+def to_lark(text: str) -> str:
+    """A Lark grammar as given, or a GBNF grammar converted to Lark."""
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    try:
+        return any_to_lark(text)
+    except Exception as e:  # noqa: BLE001 - the converter raises plain Exception on a missing rule
+        raise ValueError(f"sampling_params.ebnf: not a valid Lark or GBNF grammar: {e}") from None
+
+
+def choices_lark(choices: list[str]) -> str:
+    return "start: " + " | ".join(json.dumps(c) for c in choices)
+
+
+@lru_cache(maxsize=1024)
+def llguidance_source(kind: str, value: str, whitespace: str) -> str:
+    from llguidance import LLMatcher
+
+    field = FIELD[kind]
+    lark = to_lark(value) if kind == "ebnf" else ""
+    try:
+        if kind == "regex":
+            grammar = LLMatcher.grammar_from_regex(value)
+        elif kind == "json":
+            schema = close_objects(json.loads(value))
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
+        elif kind == "choices":
+            grammar = LLMatcher.grammar_from_lark(choices_lark(json.loads(value)))
+        else:
+            grammar = LLMatcher.grammar_from_lark(lark)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"sampling_params.{field}: {e}") from None
+    err = LLMatcher.validate_grammar(grammar)
+    if err:
+        what = "unsupported or invalid schema" if kind == "json" else f"invalid {kind}"
+        raise ValueError(f"sampling_params.{field}: {what}: {err.strip()}")
+    return grammar
