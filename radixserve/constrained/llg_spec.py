@@ -14,13 +14,15 @@ branches may overlap is refused rather than weakened to ``anyOf``), and whitespa
 ``json_whitespace_pattern``: "" is compact JSON (``,`` and ``:`` with nothing around them),
 any other pattern is allowed between JSON tokens, as outlines-core does.
 
-Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
+Two tightenings make llguidance write what outlines-core writes (every output still
+validates against the schema as given; without them a small model tends to invent
+properties or pad a string until ``max_new_tokens``).  A ``pattern`` with no anchor at all
+is anchored (JSON Schema's patterns are unanchored: ``[0-9]{5}`` accepts any string holding
+five digits, and outlines-core anchors them).  Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
 extra properties (no ``additionalProperties``, ``patternProperties``,
 ``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
 ``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
-the model writes the listed properties only (as xgrammar's strict mode does).  Every output
-still validates against the schema as given; without it a small model tends to invent
-properties until ``max_new_tokens``.
+the model writes the listed properties only (as xgrammar's strict mode does).
 
 ``ebnf`` takes Lark (llguidance's syntax, a ``start:`` rule) or GBNF (llama.cpp / SGLang's
 xgrammar ``root ::= ...``), converted with llguidance's ``gbnf_to_lark``.
@@ -49,12 +51,15 @@ _SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "conta
 
 
 def close_objects(node: Any, in_all_of: bool = False) -> Any:
-    """A copy of the schema with ``additionalProperties: false`` where the docstring says."""
+    """A copy of the schema, tightened as the module docstring says."""
     if isinstance(node, list):
         return [close_objects(x, in_all_of) for x in node]
     if not isinstance(node, dict):
         return node
     out = dict(node)
+    pat = node.get("pattern")
+    if isinstance(pat, str) and "^" not in pat and "$" not in pat:
+        out["pattern"] = f"^(?:{pat})$"
     for k in _SUB_DICTS:
         if isinstance(node.get(k), dict):
             out[k] = {name: close_objects(v) for name, v in node[k].items()}
