@@ -63,13 +63,13 @@ def test_unsupported_keyword_is_refused_naming_it(schema, keyword):
 
 
 def test_schema_tightenings_keep_outputs_valid():
-    from radixserve.constrained.llg_spec import close_objects
+    from radixserve.constrained.llg_spec import close_objects, tighten
 
     s = {"type": "object", "properties": {"zip": {"type": "string", "pattern": "[0-9]{5}"},
                                           "tag": {"type": "string", "pattern": "^a"}}, "required": ["zip"],
          "$defs": {"o": {"type": "object", "properties": {"a": {}}}},
          "allOf": [{"properties": {"b": {}}}]}
-    t = close_objects(s)
+    t = tighten(s)
     assert t["properties"]["zip"]["pattern"] == "^(?:[0-9]{5})$" and t["properties"]["tag"]["pattern"] == "^a"
     assert "additionalProperties" not in t  # allOf beside the properties: left open
     assert t["$defs"]["o"]["additionalProperties"] is False

@@ -50,10 +50,53 @@ _SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "conta
             "unevaluatedItems", "unevaluatedProperties", "additionalItems")
 
 
-def close_objects(node: Any, in_all_of: bool = False) -> Any:
-    """A copy of the schema, tightened as the module docstring says."""
+def _refs(node: Any, out: set) -> set:
+    """Every ``$ref`` string anywhere under ``node``."""
     if isinstance(node, list):
-        return [close_objects(x, in_all_of) for x in node]
+        for x in node:
+            _refs(x, out)
+    elif isinstance(node, dict):
+        if isinstance(node.get("$ref"), str):
+            out.add(node["$ref"])
+        for v in node.values():
+            if isinstance(v, (dict, list)):
+                _refs(v, out)
+    return out
+
+
+def _all_of_refs(schema: Any) -> set:
+    """Local ``$ref`` targets reachable from an ``allOf`` branch (directly or through other refs)."""
+    found: set = set()
+    stack = [schema]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, list):
+            stack.extend(n)
+        elif isinstance(n, dict):
+            if isinstance(n.get("allOf"), list):
+                found |= _refs(n["allOf"], set())
+            stack.extend(v for v in n.values() if isinstance(v, (dict, list)))
+    todo = list(found)
+    while todo:
+        parts = todo.pop().split("/")
+        if len(parts) != 3 or parts[0] != "#" or not isinstance(schema, dict):
+            continue
+        target = schema.get(parts[1], {}).get(parts[2]) if isinstance(schema.get(parts[1]), dict) else None
+        for r in _refs(target, set()) - found:
+            found.add(r)
+            todo.append(r)
+    return found
+
+
+def tighten(schema: Any) -> Any:
+    """A copy of the schema, tightened as the module docstring says (definitions that an
+    ``allOf`` refers to are left open, like ``allOf`` branches)."""
+    return close_objects(schema, False, frozenset(_all_of_refs(schema)), "#")
+
+
+def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#") -> Any:
+    if isinstance(node, list):
+        return [close_objects(x, in_all_of, open_refs, path) for x in node]
     if not isinstance(node, dict):
         return node
     out = dict(node)
@@ -62,15 +105,17 @@ def close_objects(node: Any, in_all_of: bool = False) -> Any:
         out["pattern"] = f"^(?:{pat})$"
     for k in _SUB_DICTS:
         if isinstance(node.get(k), dict):
-            out[k] = {name: close_objects(v) for name, v in node[k].items()}
+            out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}")
+                      for name, v in node[k].items()}
     for k in _SUB_ONE:
         if isinstance(node.get(k), (dict, list)):
-            out[k] = close_objects(node[k])
+            out[k] = close_objects(node[k], False, open_refs, f"{path}/{k}")
     for k in ("anyOf", "oneOf", "prefixItems"):
-        if isinstance(node.get(k), list):
-            out[k] = [close_objects(v) for v in node[k]]
+        if isinstance(node.get(k), list):  # an anyOf/oneOf branch under an allOf merges with its siblings too
+            out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}")
+                      for i, v in enumerate(node[k])]
     if isinstance(node.get("allOf"), list):
-        out["allOf"] = [close_objects(v, True) for v in node["allOf"]]
+        out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}") for i, v in enumerate(node["allOf"])]
     props = node.get("properties")
     required = node.get("required", [])
     if (isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
@@ -103,7 +148,7 @@ def llguidance_source(kind: str, value: str, whitespace: str) -> str:
         if kind == "regex":
             grammar = LLMatcher.grammar_from_regex(value)
         elif kind == "json":
-            schema = close_objects(json.loads(value))
+            schema = tighten(json.loads(value))
             grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
         elif kind == "choices":
             grammar = LLMatcher.grammar_from_lark(choices_lark(json.loads(value)))
