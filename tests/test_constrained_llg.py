@@ -6,6 +6,7 @@ The tiny random Llama (SmolLM2's tokenizer) drives the engine; the state-level c
 need no model at all (only the tokenizer)."""
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -50,7 +51,9 @@ def test_ebnf_validation_and_messages():
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
     ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 1}}, "contains"),
     ({"if": {"type": "string"}, "then": {"minLength": 2}}, "if"),
-    ({"type": "object", "properties": {"a": {"type": "string"}}, "dependentRequired": {"a": ["b"]}}, "dependentRequired"),
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "dependencies": {"a": {"required": ["b"]}}}, "dependencies"),
+    ({"type": "object", "not": {"required": ["a"]}}, "not"),
+    ({"type": "string", "format": "color"}, "Unknown format: color"),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
     ({"type": "array", "uniqueItems": True, "x-guidance": {"lenient": True}}, "uniqueItems"),  # cannot switch lenient on
     ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),  # overlapping: never weakened to anyOf
@@ -77,6 +80,40 @@ def test_schema_tightenings_keep_outputs_valid():
     assert close_objects({"type": "object"}) == {"type": "object"}  # json_object: any object
     req_missing = {"type": "object", "properties": {"a": {}}, "required": ["b"]}
     assert "additionalProperties" not in close_objects(req_missing)
+
+
+def test_exact_rewrites_of_dependencies_and_byte_format(smol_dir):
+    """Property dependencies and ``format: byte`` compile to grammars that accept exactly
+    the documents jsonschema accepts (checked on a handful of documents)."""
+    import jsonschema
+    from llguidance import LLMatcher, LLTokenizer
+
+    from radixserve.constrained.llg_spec import llguidance_source
+    from radixserve.constrained.vocab import find_backend
+
+    tok = _tok(smol_dir)
+    llt = LLTokenizer(find_backend(tok).to_str(), eos_token=[tok.eos_token_id])
+    cases = [({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "boolean"}},
+               "dependencies": {"a": ["b"], "c": []}},
+              ['{"a":1,"b":2}', '{"a":1}', '{"b":2}', "{}", '{"c":true}', '{"a":1,"c":true}']),
+             ({"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "string"}},
+               "dependentRequired": {"y": ["x"]}}, ['{"x":"1","y":"2"}', '{"y":"2"}', '{"x":"1"}']),
+             ({"type": "string", "format": "byte"}, ['"aGk="', '"aGk"', '""', '"aGVsbG8h"', '"a$=="'])]
+    for schema, docs in cases:
+        grammar = llguidance_source("json", json.dumps(schema), "")
+        for doc in docs:
+            m = LLMatcher(llt, grammar, log_level=0)
+            ids = tok.encode(doc)
+            accepted = m.try_consume_tokens(ids) == len(ids) and m.is_accepting()
+            ok = jsonschema.Draft7Validator(schema).is_valid(json.loads(doc))
+            if schema.get("format") == "byte":
+                import base64
+                import binascii
+                try:
+                    ok = base64.b64decode(json.loads(doc), validate=True) is not None
+                except binascii.Error:
+                    ok = False
+            assert accepted == ok, (schema, doc, accepted, ok)
 
 
 def _tok(smol_dir):

@@ -18,7 +18,8 @@ Two tightenings make llguidance write what outlines-core writes (every output st
 validates against the schema as given; without them a small model tends to invent
 properties or pad a string until ``max_new_tokens``).  A ``pattern`` with no anchor at all
 is anchored (JSON Schema's patterns are unanchored: ``[0-9]{5}`` accepts any string holding
-five digits, and outlines-core anchors them).  Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
+five digits, and outlines-core anchors them); OpenAPI's ``format: byte`` (which llguidance
+does not know) becomes the exact base64 pattern.  Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
 extra properties (no ``additionalProperties``, ``patternProperties``,
 ``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
 ``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
@@ -44,6 +45,7 @@ def json_options(whitespace: str) -> dict:
     return opts
 
 
+BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref")
 _SUB_DICTS = ("properties", "$defs", "definitions", "dependentSchemas")
 _SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
@@ -103,6 +105,9 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     pat = node.get("pattern")
     if isinstance(pat, str) and "^" not in pat and "$" not in pat:
         out["pattern"] = f"^(?:{pat})$"
+    if node.get("format") == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
+        del out["format"]
+        out["pattern"] = BASE64
     for k in _SUB_DICTS:
         if isinstance(node.get(k), dict):
             out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}")
@@ -116,12 +121,40 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
                       for i, v in enumerate(node[k])]
     if isinstance(node.get("allOf"), list):
         out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}") for i, v in enumerate(node["allOf"])]
+    _property_dependencies(out)
     props = node.get("properties")
     required = node.get("required", [])
     if (isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
             and isinstance(required, list) and all(r in props for r in required)):
         out["additionalProperties"] = False
     return out
+
+
+def _property_dependencies(node: dict) -> None:
+    """Rewrite property dependencies (draft-4 ``dependencies`` with lists, ``dependentRequired``)
+    exactly, which llguidance lacks: ``{a: [b]}`` becomes ``anyOf: [{properties: {a: false}},
+    {required: [a, b]}]`` (a absent, or a and b present).  Only on a node without
+    ``anyOf``/``oneOf``/``allOf`` and for at most 3 dependencies; schema dependencies are left
+    for llguidance to refuse, naming the keyword."""
+    keys = [k for k in ("dependencies", "dependentRequired") if k in node]
+    if not keys or any(k in node for k in ("anyOf", "oneOf", "allOf")):
+        return
+    deps: dict = {}
+    for key in keys:
+        d = node[key]
+        if not isinstance(d, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                              for v in d.values()):
+            return
+        deps.update({k: v for k, v in d.items() if v})
+    if len(deps) > 3:
+        return
+    for key in keys:
+        del node[key]
+    branches = [{"anyOf": [{"properties": {a: False}}, {"required": [a] + list(bs)}]} for a, bs in deps.items()]
+    if len(branches) == 1:
+        node["anyOf"] = branches[0]["anyOf"]
+    elif branches:
+        node["allOf"] = branches
 
 
 def to_lark(text: str) -> str:
