@@ -127,7 +127,7 @@ def _tok(smol_dir):
 def test_splice_equals_token_by_token(smol_dir, backend):
     """A jump (``splice``) reaches the state that accepting the same tokens one by one
     reaches: same masks, same forced text, same outcome; the queries change nothing."""
-    from radixserve.constrained.backend import make_backend
+    from radixserve.constrained.registry import make_backend
     from radixserve.constrained.spec import constraint_of
 
     tok = _tok(smol_dir)
@@ -191,7 +191,7 @@ def test_engine_ebnf_and_pathological_regex(tiny_dir):
 
 def test_both_backends_agree_on_outputs(tiny_dir):
     """Outputs written under one backend are accepted, token by token, by the other."""
-    from radixserve.constrained.backend import make_backend
+    from radixserve.constrained.registry import make_backend
     from radixserve.constrained.spec import constraint_of
 
     rng = random.Random(5)

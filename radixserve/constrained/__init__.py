@@ -6,7 +6,7 @@ grammar libraries chosen at startup (``SchedulerConfig.grammar_backend``).
 - ``json_schema``: schema -> regex for outlines-core, enforcing what it would silently ignore
 - ``llg_spec``: constraints -> llguidance grammars (lenient mode off), validated
 - ``vocab``: the model's vocabulary as exact byte strings
-- ``backend``: the backend contract, its compiled-grammar cache, ``make_backend``
+- ``backend``: the backend contract and its compiled-grammar cache; ``registry``: ``make_backend``
 - ``outlines_backend`` (+ ``compile_pool`` / ``compile_worker``: index compilation in child
   processes, with a timeout) and ``outlines_state``: outlines-core, per-state mask cache
 - ``llg_backend`` and ``llg_state``: llguidance (``LLMatcher``, compiled in threads)

@@ -1,7 +1,7 @@
-"""Grammar backends: the compiled-grammar cache both libraries share, and the choice of one.
+"""Grammar backends: the contract and the compiled-grammar cache both libraries share.
 
 Contract:
-- ``make_backend(tokenizer, vocab_size, eos_ids, cfg)`` builds the backend named by
+- ``registry.make_backend(tokenizer, vocab_size, eos_ids, cfg)`` builds the backend named by
   ``cfg.grammar_backend`` ("outlines": outlines_backend.py, "llguidance": llg_backend.py),
   once: the scheduler's ``GrammarManager`` creates it lazily, on the first constrained
   request, so unconstrained serving never pays for the byte vocabulary (a few hundred ms).
@@ -102,12 +102,3 @@ class GrammarBackend(ABC):
     def pending_futures(self) -> list[Future]:
         return list(self.inflight.values())
 
-
-def make_backend(tokenizer: Any, vocab_size: int, eos_ids: tuple[int, ...], cfg: SchedulerConfig) -> GrammarBackend:
-    if cfg.grammar_backend == "outlines":
-        from radixserve.constrained.outlines_backend import OutlinesBackend
-
-        return OutlinesBackend(tokenizer, vocab_size, eos_ids, cfg)
-    from radixserve.constrained.llg_backend import LLGuidanceBackend
-
-    return LLGuidanceBackend(tokenizer, vocab_size, eos_ids, cfg)

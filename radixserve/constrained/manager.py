@@ -31,7 +31,8 @@ from typing import Any, Generic, Optional, TypeVar, Union
 import numpy as np
 
 from radixserve.config import SchedulerConfig
-from radixserve.constrained.backend import GrammarBackend, make_backend
+from radixserve.constrained.backend import GrammarBackend
+from radixserve.constrained.registry import make_backend
 from radixserve.constrained.fsm_state import GrammarState
 from radixserve.constrained.jump_forward import plan_jump
 from radixserve.constrained.protocols import GrammarRequest, GrammarSampling
