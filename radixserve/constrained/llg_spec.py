@@ -14,12 +14,14 @@ branches may overlap is refused rather than weakened to ``anyOf``), and whitespa
 ``json_whitespace_pattern``: "" is compact JSON (``,`` and ``:`` with nothing around them),
 any other pattern is allowed between JSON tokens, as outlines-core does.
 
-Two tightenings make llguidance write what outlines-core writes (every output still
+Tightenings make llguidance write what outlines-core writes (every output still
 validates against the schema as given; without them a small model tends to invent
 properties or pad a string until ``max_new_tokens``).  A ``pattern`` with no anchor at all
 is anchored (JSON Schema's patterns are unanchored: ``[0-9]{5}`` accepts any string holding
 five digits, and outlines-core anchors them); OpenAPI's ``format: byte`` (which llguidance
-does not know) becomes the exact base64 pattern.  Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
+does not know) becomes the exact base64 pattern; a ``number`` gets at most 10 decimals and no
+exponent (``multipleOf: 1e-10`` in the grammar only, as outlines-core's bounded numbers;
+a small model otherwise writes digits until ``max_new_tokens``).  Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
 extra properties (no ``additionalProperties``, ``patternProperties``,
 ``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
 ``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
@@ -45,6 +47,7 @@ def json_options(whitespace: str) -> dict:
     return opts
 
 
+FRACTION_STEP = 1e-10
 BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref")
 _SUB_DICTS = ("properties", "$defs", "definitions", "dependentSchemas")
@@ -105,6 +108,8 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     pat = node.get("pattern")
     if isinstance(pat, str) and "^" not in pat and "$" not in pat:
         out["pattern"] = f"^(?:{pat})$"
+    if node.get("type") == "number" and not any(k in node for k in ("multipleOf", "enum", "const")):
+        out["multipleOf"] = FRACTION_STEP  # at most 10 decimals, no exponent (outlines-core's cap)
     if node.get("format") == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
         del out["format"]
         out["pattern"] = BASE64
