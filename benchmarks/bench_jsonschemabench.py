@@ -209,7 +209,7 @@ def main() -> int:
     p.add_argument("--compile-timeout", type=float, default=10.0)
     p.add_argument("--model", default=None)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--max-total-tokens", type=int, default=200000)
+    p.add_argument("--max-total-tokens", type=int, default=80000)
     p.add_argument("--json-out", default=None)
     args = p.parse_args()
     data = Data(args.data)
