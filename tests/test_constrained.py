@@ -76,7 +76,8 @@ def test_invalid_constraints_raise_value_error(tiny_dir, backend):
            dict(json_schema={"type": "string", "format": "no-such-format"}), dict(json_schema=[1]), dict(choices=[]),
            dict(choices="abc"), dict(regex="a", choices=["a"]), dict(regex=5), dict(ebnf=""), dict(ebnf="start: x")]
     if backend == "outlines":  # llguidance enforces multipleOf; outlines-core would ignore it
-        bad += [dict(json_schema={"type": "number", "multipleOf": 2}), dict(ebnf='start: "a"')]
+        bad += [dict(json_schema={"type": "number", "multipleOf": 2}), dict(ebnf='start: "a"'),
+                dict(json_schema={"oneOf": [{"type": "integer"}, {"type": "number"}]})]
     for kw in bad:
         with pytest.raises(ValueError, match="sampling_params"):
             verify_sampling(SamplingParams(**kw), 100, backend)
@@ -102,6 +103,19 @@ def test_vocabulary_bytes_match_the_tokenizer(smol_dir):
         ids = [rng.choice(normal) for _ in range(rng.randrange(1, 6))]
         assert v.text_bytes(ids).decode("utf-8", "replace") == tok.decode(ids)
     assert v.text_bytes(tok.encode("héllo wörld ✓")) == "héllo wörld ✓".encode()
+
+
+def test_outlines_empty_subschema_is_any_json_value():
+    """outlines-core's own regex for ``{}`` inside an object accepted text that is not JSON
+    (JSONSchemaBench, Snowplow sp_141); json_schema.py spells "any value" out."""
+    from radixserve.constrained.json_schema import schema_to_regex
+
+    s = {"type": "object", "properties": {"attributes": {"description": "anything"}, "name": {"type": "string"}},
+         "required": ["name"], "additionalProperties": False}
+    rx = re.compile(schema_to_regex(json.dumps(s), ""))
+    for text in ['{"name":"a"}', '{"attributes":1,"name":"a"}', '{"attributes":{"x":[1,null]},"name":"a"}',
+                 '{"attributes":"s","name":"a"}', '{"""name":"a"}', '{null,"name":"a"}', '{"attributes":,"name":"a"}']:
+        assert bool(rx.fullmatch(text)) == valid("json", s, text), text
 
 
 def test_numeric_range_regexes_are_exact():
