@@ -76,7 +76,7 @@ class Engine:
         self.runner, self.info = build_worker(self.config, show_progress)
         self.model_path = self.info.hf_dir
         self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
-        self.builder = RequestBuilder(Limits.of(self.info))
+        self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
         # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
         self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
         self._driver = EngineDriver(self.scheduler, self.tokenizer)

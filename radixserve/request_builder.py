@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
+from radixserve.config import DEFAULT_GRAMMAR_BACKEND
 from radixserve.constrained.spec import constraint_of
 from radixserve.embedding import check_pooling
 from radixserve.ipc.server_link import TokenizedRequest
@@ -52,17 +53,21 @@ class Limits:
         return min(self.context_len, self.kv_capacity)
 
 
-def verify_sampling(sp: SamplingParams, vocab_size: int) -> None:
-    """``sp.verify`` plus the constraint check: raise ValueError naming the first bad field."""
+def verify_sampling(sp: SamplingParams, vocab_size: int, grammar_backend: str = DEFAULT_GRAMMAR_BACKEND) -> None:
+    """``sp.verify`` plus the constraint check (by ``grammar_backend``, the scheduler's):
+    raise ValueError naming the first bad field."""
     sp.verify(vocab_size)
-    constraint_of(sp)  # None when unconstrained; else the parser's message, naming the field
+    constraint_of(sp, backend=grammar_backend)  # None when unconstrained; else the parser's message
 
 
 class RequestBuilder:
-    """Stateless apart from its limits; safe to call from any thread."""
+    """Stateless apart from its limits; safe to call from any thread.  ``grammar_backend`` is
+    the scheduler's (``SchedulerConfig.grammar_backend``): constraints are validated as it
+    will compile them."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, grammar_backend: str = DEFAULT_GRAMMAR_BACKEND) -> None:
         self.limits = limits
+        self.grammar_backend = grammar_backend
 
     def check_prompt(self, ids: list[int], name: str) -> None:
         """Raise ValueError (naming ``name``) unless ``ids`` is a usable prompt."""
@@ -87,7 +92,7 @@ class RequestBuilder:
             sp = SamplingParams.from_dict(params)
         else:
             raise ValueError("sampling_params: must be a mapping of sampling parameters")
-        verify_sampling(sp, self.limits.vocab_size)
+        verify_sampling(sp, self.limits.vocab_size, self.grammar_backend)
         return sp
 
     def clamp(self, sp: SamplingParams, prompt_len: int, return_logprob: bool,

@@ -26,8 +26,10 @@ class SamplingParams:
     trimmed from the returned text; ``stop_token_ids`` end generation on those ids (kept in
     ``output_ids``).  ``seed`` makes sampling reproducible per request independent of batch
     composition; with ``n > 1`` copy ``i`` uses ``seed + i``.  ``regex``, ``json_schema`` (a
-    JSON string or an object) or ``choices`` (a list of strings) constrain the output to
-    match fully; an invalid or unsupported one raises ValueError with the parser's message.
+    JSON string or an object), ``choices`` (a list of strings) or ``ebnf`` (a grammar: Lark,
+    or GBNF ``root ::= ...`` as SGLang/xgrammar take it; needs the llguidance grammar backend)
+    constrain the output to match fully; an invalid or unsupported one raises ValueError
+    with the parser's message.
 
     Every field of SGLang's ``sampling_params`` (0.5.10) is here, so SGLang clients work:
     ``stop_regex`` (a regex or a list) ends generation when the decoded output matches one
@@ -36,7 +38,7 @@ class SamplingParams:
     ``seed``.  Accepted and ignored: ``custom_params`` (only read by a custom logit
     processor, which is refused at the request level), ``stream_interval`` (every step is
     streamed) and ``spaces_between_special_tokens`` (see ``IncrementalDecoder``).  Refused
-    when set (ValueError naming the field): ``ebnf``, ``structural_tag``.
+    when set (ValueError naming the field): ``structural_tag``.
 
     ``priority`` (an int, default 0) is the one scheduling field: higher is admitted first
     (``scheduler/policy.py``).  It lives here because every front end (native, OpenAI,
@@ -77,7 +79,7 @@ class SamplingParams:
     sampling_seed: Optional[int] = None
     custom_params: Optional[dict[str, Any]] = None
     stream_interval: Optional[int] = None
-    ebnf: Optional[str] = None
+    ebnf: Optional[str] = None  # structured generation too (SGLang's name)
     structural_tag: Optional[str] = None
     priority: int = 0
     cache_salt: Optional[str] = None
@@ -168,9 +170,8 @@ class SamplingParams:
             bad("custom_params", "must be an object")
         if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and 0 < len(self.cache_salt) <= 256):
             bad("cache_salt", "must be a non-empty string of at most 256 characters")
-        for name in ("ebnf", "structural_tag"):
-            if getattr(self, name) is not None:
-                bad(name, "not supported by this server (use regex, json_schema or choices)")
+        if self.structural_tag is not None:
+            bad("structural_tag", "not supported by this server (use regex, json_schema, choices or ebnf)")
         if self.stop_token_ids is not None:
             if not isinstance(self.stop_token_ids, (list, tuple)) or not all(
                 is_int(t) and 0 <= t < vocab_size for t in self.stop_token_ids

@@ -20,7 +20,8 @@ from constrained_cases import (JF_SCHEMAS, REGEX_TOKENS, REGEXES, SCHEMA_TOKENS,
 from radixserve.constrained.json_schema import int_regex, number_regex
 from radixserve.detokenizer.incremental import trim_stop
 
-PATHOLOGICAL = r"(a|b)*a(a|b){18}"  # the classic exponential DFA
+PATHOLOGICAL = r"(a|b)*a(a|b){18}"  # the classic exponential DFA (for outlines-core's automaton)
+BACKENDS = ("llguidance", "outlines")
 
 
 def set_jump_forward(eng, on: bool) -> None:
@@ -57,7 +58,8 @@ def run_all(eng, prompts, params, check_every_step=False, input_ids=None):
 
 
 # ---------------------------------------------------------------------- no model
-def test_invalid_constraints_raise_value_error(tiny_dir):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_invalid_constraints_raise_value_error(tiny_dir, backend):
     from radixserve.request_builder import verify_sampling
     from radixserve.sampling_params import SamplingParams
 
@@ -66,18 +68,21 @@ def test_invalid_constraints_raise_value_error(tiny_dir):
     }
     for field, (value, needle) in cases.items():
         with pytest.raises(ValueError, match=re.escape(needle)) as e:
-            verify_sampling(SamplingParams(**{field: value}), 100)
+            verify_sampling(SamplingParams(**{field: value}), 100, backend)
         assert f"sampling_params.{field}" in str(e.value)
     bad = [dict(regex="(?=a)b"), dict(regex=r"(a)\1"), dict(json_schema={"type": "foo"}),
-           dict(json_schema={"type": "array", "uniqueItems": True}), dict(json_schema={"type": "number", "multipleOf": 2}),
+           dict(json_schema={"type": "array", "uniqueItems": True}), dict(json_schema={"type": "array", "contains": {}}),
            dict(json_schema={"type": "integer", "minimum": 5, "maximum": 1}), dict(json_schema={"not": {}}),
            dict(json_schema={"type": "string", "format": "no-such-format"}), dict(json_schema=[1]), dict(choices=[]),
-           dict(choices="abc"), dict(regex="a", choices=["a"]), dict(regex=5)]
+           dict(choices="abc"), dict(regex="a", choices=["a"]), dict(regex=5), dict(ebnf=""), dict(ebnf="start: x")]
+    if backend == "outlines":  # llguidance enforces multipleOf; outlines-core would ignore it
+        bad += [dict(json_schema={"type": "number", "multipleOf": 2}), dict(ebnf='start: "a"'),
+                dict(json_schema={"oneOf": [{"type": "integer"}, {"type": "number"}]})]
     for kw in bad:
         with pytest.raises(ValueError, match="sampling_params"):
-            verify_sampling(SamplingParams(**kw), 100)
-    eng = make_engine(tiny_dir)
-    with pytest.raises(ValueError, match="unsupported or invalid schema: Unsupported type: foo"):
+            verify_sampling(SamplingParams(**kw), 100, backend)
+    eng = make_engine(tiny_dir, grammar_backend=backend)
+    with pytest.raises(ValueError, match="unsupported or invalid schema: (Unsupported|Invalid) type: foo"):
         eng.generate("x", {"json_schema": {"type": "foo"}})
     assert eng.run_on_driver(lambda s: s.grammars.backend) is None  # nothing compiled, nothing started
 
@@ -98,6 +103,19 @@ def test_vocabulary_bytes_match_the_tokenizer(smol_dir):
         ids = [rng.choice(normal) for _ in range(rng.randrange(1, 6))]
         assert v.text_bytes(ids).decode("utf-8", "replace") == tok.decode(ids)
     assert v.text_bytes(tok.encode("héllo wörld ✓")) == "héllo wörld ✓".encode()
+
+
+def test_outlines_empty_subschema_is_any_json_value():
+    """outlines-core's own regex for ``{}`` inside an object accepted text that is not JSON
+    (JSONSchemaBench, Snowplow sp_141); json_schema.py spells "any value" out."""
+    from radixserve.constrained.json_schema import schema_to_regex
+
+    s = {"type": "object", "properties": {"attributes": {"description": "anything"}, "name": {"type": "string"}},
+         "required": ["name"], "additionalProperties": False}
+    rx = re.compile(schema_to_regex(json.dumps(s), ""))
+    for text in ['{"name":"a"}', '{"attributes":1,"name":"a"}', '{"attributes":{"x":[1,null]},"name":"a"}',
+                 '{"attributes":"s","name":"a"}', '{"""name":"a"}', '{null,"name":"a"}', '{"attributes":,"name":"a"}']:
+        assert bool(rx.fullmatch(text)) == valid("json", s, text), text
 
 
 def test_numeric_range_regexes_are_exact():
@@ -128,8 +146,9 @@ TINY_CASES = [("regex", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"), ("regex", r"(yes|no)(, b
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("jump", [True, False])
-def test_tiny_mixed_batch(tiny_dir, temperature, jump):
-    eng = make_engine(tiny_dir, enable_jump_forward=jump, chunked_prefill_size=16)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiny_mixed_batch(tiny_dir, temperature, jump, backend):
+    eng = make_engine(tiny_dir, enable_jump_forward=jump, chunked_prefill_size=16, grammar_backend=backend)
     prompts, params, kinds = [], [], []
     rng = random.Random(2)
     for i, (kind, spec) in enumerate(TINY_CASES * 2):
@@ -156,8 +175,9 @@ def test_tiny_mixed_batch(tiny_dir, temperature, jump):
     assert stats["protected_size"] == 0
 
 
-def test_tiny_sampling_options_and_edge_cases(tiny_dir):
-    eng = make_engine(tiny_dir)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiny_sampling_options_and_edge_cases(tiny_dir, backend):
+    eng = make_engine(tiny_dir, grammar_backend=backend)
     rx = r"[a-c]{2,5}"
     # ignore_eos: the pattern completes at 5 letters and the request stops there
     o = eng.generate("x", {"regex": r"[a-c]{5}", "ignore_eos": True, "max_new_tokens": 50, "temperature": 1, "seed": 1})
@@ -188,7 +208,9 @@ def test_tiny_sampling_options_and_edge_cases(tiny_dir):
 
 
 def test_compile_timeout_fails_only_its_request(tiny_dir):
-    eng = make_engine(tiny_dir, grammar_compile_timeout=2.0)
+    """outlines-core compiles ahead of time, in killable processes (llguidance compiles in
+    about a millisecond, its parser limits bounding the work: test_constrained_llg.py)."""
+    eng = make_engine(tiny_dir, grammar_compile_timeout=2.0, grammar_backend="outlines")
     eng.generate("warm", {"regex": "(a|b)", "max_new_tokens": 2})  # start the compile process
     prompts = ["slow", "free one", "free two", "fast"]
     params = [{"regex": PATHOLOGICAL, "max_new_tokens": 30}, {"max_new_tokens": 12, "ignore_eos": True},
@@ -225,7 +247,7 @@ def test_compile_timeout_fails_only_its_request(tiny_dir):
 
 
 def test_abort_while_compiling(tiny_dir):
-    eng = make_engine(tiny_dir, grammar_compile_timeout=3.0)
+    eng = make_engine(tiny_dir, grammar_compile_timeout=3.0, grammar_backend="outlines")
     reqs, _ = eng.make_requests(["p"], {"regex": PATHOLOGICAL + "c"}, None, False, -1, 0)
 
     def drive(sched) -> None:  # on the engine's driver thread, which owns the scheduler
@@ -262,9 +284,19 @@ def test_budget_with_grammars_and_jump_forward(tiny_dir):
 
 
 # ---------------------------------------------------------------------- SmolLM2
+_SMOL: dict = {}
+
+
 @pytest.fixture(scope="module")
-def smol_engine(smol_dir):
-    return make_engine(smol_dir, max_total_tokens=30000)
+def smol_engines(smol_dir):
+    """One SmolLM2 engine per grammar backend, made on first use."""
+    def get(backend: str):
+        if backend not in _SMOL:
+            _SMOL[backend] = make_engine(smol_dir, max_total_tokens=30000, grammar_backend=backend)
+        return _SMOL[backend]
+
+    yield get
+    _SMOL.clear()
 
 
 def _smol_batch(temperature: float):
@@ -293,8 +325,9 @@ def _smol_batch(temperature: float):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_smollm2_regexes_and_schemas(smol_engine, temperature):
+@pytest.mark.parametrize("backend,temperature", [("llguidance", 0.0), ("llguidance", 1.0)])  # outlines: bench_structured
+def test_smollm2_regexes_and_schemas(smol_engines, backend, temperature):
+    smol_engine = smol_engines(backend)
     assert len(REGEXES) >= 30 and len(SCHEMAS) >= 30
     prompts, params, kinds = _smol_batch(temperature)
     outs = smol_engine.generate(prompts, params)
@@ -310,7 +343,8 @@ def test_smollm2_regexes_and_schemas(smol_engine, temperature):
 
 
 @pytest.mark.slow
-def test_smollm2_jump_forward_equivalence(smol_engine):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_smollm2_jump_forward_equivalence(smol_engines, backend):
     """Jump-forward on vs off at temperature 0.  Without jump-forward the model spells forced
     text with whatever allowed token it ranks first, often not the tokenizer's encoding
     ('s', 'ta', 'tu', 's' for a forced "status"), while a jump writes the canonical tokens
@@ -319,6 +353,7 @@ def test_smollm2_jump_forward_equivalence(smol_engine):
     there the jumped token's text is exactly what the run without jumps writes next (same
     text, other tokens); afterwards the contexts differ, so the continuations may.  Both
     outputs are always valid."""
+    smol_engine = smol_engines(backend)
     assert len(JF_SCHEMAS) >= 10
     tok = smol_engine.tokenizer
     prompts = [p for p, _ in JF_SCHEMAS] + UNCONSTRAINED[:2]

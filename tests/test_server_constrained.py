@@ -47,7 +47,10 @@ def test_generate_mixed_batch(server):
     ({"regex": "(a"}, "sampling_params.regex: invalid regular expression: missing ), unterminated subpattern"),
     ({"regex": "(?=a)b"}, "lookaround assertions are not supported"),
     ({"json_schema": "{nope"}, "sampling_params.json_schema: invalid JSON"),
-    ({"json_schema": {"type": "foo"}}, "Unsupported type: foo"),
+    ({"json_schema": {"type": "foo"}}, "type: foo"),
+    ({"json_schema": {"type": "array", "items": {}, "contains": {"const": 1}}}, "contains"),
+    ({"ebnf": "root ::= foo"}, "sampling_params.ebnf: not a valid Lark or GBNF grammar"),
+    ({"regex": r"\p{NoSuchClass}"}, "sampling_params.regex"),
     ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
     ({"choices": []}, "sampling_params.choices"),
     ({"regex": "a", "choices": ["a"]}, "give only one of"),
@@ -70,6 +73,18 @@ def test_openai_response_format(server):
     comp = oai.completions.create(model="m", prompt="Date:", max_tokens=20, temperature=0,
                                   extra_body={"regex": r"[0-9]{2}/[0-9]{2}"})
     assert valid("regex", r"[0-9]{2}/[0-9]{2}", comp.choices[0].text)
+    # ebnf (SGLang's field; the default llguidance backend) on both OpenAI routes
+    gbnf = 'root ::= ("yes" | "no") "!"'
+    comp = oai.completions.create(model="m", prompt="Q:", max_tokens=8, temperature=0, extra_body={"ebnf": gbnf})
+    assert comp.choices[0].text in ("yes!", "no!")
+    chat = oai.chat.completions.create(model="m", messages=msgs, max_tokens=8, temperature=1, seed=3,
+                                       extra_body={"ebnf": 'start: "a" | "b" "c"'})
+    assert chat.choices[0].message.content in ("a", "bc")
+    with pytest.raises(openai.BadRequestError, match="ebnf: not a valid Lark or GBNF grammar"):
+        oai.completions.create(model="m", prompt="Q:", max_tokens=8, extra_body={"ebnf": "root ::= nope"})
+    with pytest.raises(openai.BadRequestError, match="response_format: unsupported or invalid schema.*uniqueItems"):
+        oai.chat.completions.create(model="m", messages=msgs, max_tokens=8, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}})
     with pytest.raises(openai.BadRequestError, match="response_format: unsupported or invalid schema"):
         oai.chat.completions.create(model="m", messages=msgs, max_tokens=8, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}})

@@ -54,7 +54,8 @@ def _assert_idle_invariants() -> None:
     ({"text": "hi", "lora_path": [None, "a"]}, "lora_path"),
     ({"text": "hi", "return_hidden_states": True}, "return_hidden_states"),
     ({"text": "hi", "image_data": "http://x/cat.png"}, "image_data"),
-    ({"text": "hi", "sampling_params": {"ebnf": "root ::= \"a\""}}, "sampling_params.ebnf"),
+    ({"text": "hi", "sampling_params": {"ebnf": "root ::= a-rule-never-defined"}}, "sampling_params.ebnf"),
+    ({"text": "hi", "sampling_params": {"structural_tag": "{}"}}, "sampling_params.structural_tag"),
     ({"text": "hi", "sampling_params": {"stop_regex": "(a"}}, "sampling_params.stop_regex"),
 ])
 def test_unknown_or_unsupported_field_is_a_400_naming_it(tiny, body, field):

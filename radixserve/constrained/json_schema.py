@@ -13,8 +13,12 @@ do not validate.  Contract of ``schema_to_regex(schema_json, whitespace)``:
   ``contains``, ``minProperties``/``maxProperties``, ``patternProperties``,
   ``propertyNames``, ``dependentRequired``/``dependentSchemas``/``dependencies``,
   ``unevaluated*``, ``allOf`` with several entries, ``pattern`` together with a length
-  bound, bounds on a multi-type node; outlines' own errors (``not``, ``if``, unknown
-  ``format``...) are passed on.
+  bound, bounds on a multi-type node, ``oneOf`` with several entries (outlines-core
+  compiles it as ``anyOf``: an output valid under two branches would not validate);
+  outlines' own errors (``not``, ``if``, unknown ``format``...) are passed on.
+- an empty schema (``{}``, or annotations only: "any value") becomes an explicit list of
+  every type: outlines-core's regex for ``{}`` leaves its alternation ungrouped, so inside
+  an object it accepted text that is not JSON (JSONSchemaBench, Snowplow sp_141).
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ _PH = "RXSPH{}Q7Z"  # placeholder const: no regex metacharacters, never a real v
 _REJECT = {"multipleOf", "contains", "minContains", "maxContains", "patternProperties", "propertyNames",
            "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties", "unevaluatedItems"}
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+_ALL_TYPES = ("string", "number", "boolean", "null", "object", "array")
 
 
 def _same_len(a: str, b: str) -> str:
@@ -114,6 +120,10 @@ class _Rewriter:
     def walk(self, node: Any, path: str) -> Any:
         if not isinstance(node, dict):
             return node
+        if not set(node) - _ANNOTATIONS:  # "any value": outlines-core's regex for {} is ungrouped
+            return {"type": list(_ALL_TYPES)}
+        if isinstance(node.get("oneOf"), list) and len(node["oneOf"]) > 1:
+            self.bad(path, "'oneOf' with several subschemas (outlines-core compiles it as anyOf)")
         for k in _REJECT & node.keys():
             self.bad(path, f"'{k}'")
         if node.get("uniqueItems") is True:

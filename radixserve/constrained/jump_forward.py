@@ -1,23 +1,23 @@
 """Jump-forward decoding: find forced text and splice it in with a re-tokenized boundary.
 
-Contract:
-- ``forced_bytes(grammar, state, allowed)`` is the longest byte string every continuation
-  from the non-accepting ``state`` must start with, found on the token-level index: while
-  every allowed token starts with the same byte (one vectorized check over their first
-  bytes), the common prefix of the allowed tokens is forced; when that prefix is itself an
-  allowed token the walk continues from the state it leads to.  It stops at accepting
-  states (EOS would be allowed) and after ``MAX_FORCED`` bytes.
-- ``plan_jump(req, gs, vocab)`` returns ``(new_tokens, states)`` to replace the request's
-  last output token (just sampled, so its KV is not computed yet and nothing has to be
-  freed), or None.  ``new_tokens`` is the tokenizer's own encoding of that token's text
-  plus the forced text (minus its last token when a longer allowed token starts with it:
-  that boundary is left to the model), so the output stays a tokenization the model
-  would produce; it is
-  only used when its bytes equal that text exactly and every token is a valid FSM
-  transition from the state before the replaced token (``states`` are the states after
-  each new token).  A jump is never made when it would emit a stop token id or a stop
-  string (the normal stop check must see those), when logprobs are requested (forced
-  tokens are not sampled), or past ``max_new_tokens`` (the new tokens are cut to fit).
+Contract (backend-independent: it reads only the ``GrammarState`` contract, fsm_state.py):
+- ``plan_jump(req, gs, vocab)`` returns the tokens that replace the request's last output
+  token (just sampled, so its KV is not computed yet and nothing has to be freed), or
+  None.  They are the tokenizer's own encoding of that token's text plus ``gs.forced()``
+  (minus the last token when a longer allowed token starts with it: that boundary is left
+  to the model), so the output stays a tokenization the model would produce; they are only
+  used when their bytes equal that text exactly and all of them are valid from the state
+  before the replaced token (``gs.valid_from_prev``).  A jump is never made when it would
+  emit a stop token id or a stop string (the normal stop check must see those), when
+  logprobs are requested (forced tokens are not sampled), or past ``max_new_tokens`` (the
+  new tokens are cut to fit).
+- Where forced text comes from is the backend's business: llguidance computes it
+  (``LLMatcher.compute_ff_bytes``); for outlines-core, ``forced_bytes(grammar, state,
+  allowed)`` finds it on the token-level index: while every allowed token starts with the
+  same byte (one vectorized check over their first bytes), the common prefix of the allowed
+  tokens is forced; when that prefix is itself an allowed token the walk continues from the
+  state it leads to.  It stops at accepting states (EOS would be allowed) and after
+  ``MAX_FORCED`` bytes.
 """
 from __future__ import annotations
 
@@ -51,18 +51,14 @@ def forced_bytes(grammar: Any, state: int, allowed: np.ndarray) -> bytes:
         state = grammar.next_state(state, exact[0])
         if state is None:
             break
-        ids = np.asarray(grammar.index.get_allowed_tokens(state), dtype=np.int64)
-        ids = ids[ids < vocab.size]
-        allowed = ids[~vocab.eos_mask[ids]]
+        allowed = grammar.allowed_ids(state)
     return out
 
 
-def _may_merge(grammar: Any, state: int, tail: bytes) -> bool:
-    """Whether a longer allowed token starts with ``tail`` at ``state``: the text after the
+def _may_merge(mask: np.ndarray, vocab: TokenVocab, tail: bytes) -> bool:
+    """Whether a longer allowed token (in ``mask``) starts with ``tail``: the text after the
     forced part may merge with the last forced token (the model writes '":' rather than
     '"' + ':'), so that token is held back and the model samples the boundary itself."""
-    vocab = grammar.vocab
-    mask = grammar.info(state)[0]
     ids = np.flatnonzero(mask & (vocab.first_byte == tail[0]))
     return any(len(b) > len(tail) and b.startswith(tail) for b in (vocab.token_bytes[i] for i in ids.tolist()))
 
@@ -81,9 +77,9 @@ def _utf8_text(tb: bytes, forced: bytes) -> Optional[tuple[str, bytes]]:
     return None
 
 
-def plan_jump(req: GrammarRequest, gs: GrammarState, vocab: TokenVocab) -> Optional[tuple[list[int], list[int]]]:
+def plan_jump(req: GrammarRequest, gs: GrammarState, vocab: TokenVocab) -> Optional[list[int]]:
     sp = req.sampling
-    if req.return_logprob or not req.output_ids or gs.prev is None:
+    if req.return_logprob or not req.output_ids or not gs.has_prev:
         return None
     forced = gs.forced()
     if not forced:
@@ -99,16 +95,12 @@ def plan_jump(req: GrammarRequest, gs: GrammarState, vocab: TokenVocab) -> Optio
     new = vocab.encode(text)
     if not new or vocab.text_bytes(new) != want:
         return None
-    states, s = [], gs.prev
-    for t in new:
-        s = gs.grammar.next_state(s, t)
-        if s is None:
-            return None
-        states.append(s)
-    if len(new) > 1 and _may_merge(gs.grammar, states[-2], vocab.token_bytes[new[-1]]):
-        new, states = new[:-1], states[:-1]
+    if not gs.valid_from_prev(new):
+        return None
+    if len(new) > 1 and _may_merge(gs.mask_from_prev(new[:-1]), vocab, vocab.token_bytes[new[-1]]):
+        new = new[:-1]
     room = sp.max_new_tokens - (len(req.output_ids) - 1)
-    new, states = new[:max(room, 0)], states[:max(room, 0)]
+    new = new[:max(room, 0)]
     if not new or new == [last]:
         return None
     if sp.stop_token_ids and any(t in sp.stop_token_ids for t in new):
@@ -120,4 +112,4 @@ def plan_jump(req: GrammarRequest, gs: GrammarState, vocab: TokenVocab) -> Optio
         joined = (before + vocab.text_bytes(new)).decode("utf-8", "replace")
         if any(x in joined for x in stops):
             return None
-    return new, states
+    return new

@@ -3,7 +3,7 @@
 Contract (all calls come from the scheduler thread).  The manager never writes a request:
 it advances the request's ``GrammarState`` (grammar-owned) in ``after_token`` and otherwise
 returns decisions, which the scheduler applies (``scheduler/grammar_steps.py``):
-- ``add(req)``: a constrained request waits here (``waiting``) while its index compiles;
+- ``add(req)``: a constrained request waits here (``waiting``) while its grammar compiles;
   the scheduler's queue and running batch never wait for a compilation.
 - ``ready()`` returns ``(ready, failed)``: ``(req, GrammarState)`` pairs whose grammar is
   compiled (the scheduler sets ``req.grammar``) and ``(req, FinishReason)`` pairs whose
@@ -15,10 +15,11 @@ returns decisions, which the scheduler applies (``scheduler/grammar_steps.py``):
   token could be sampled).
 - ``after_stop(req, jump_forward)`` runs after the stop check of an unfinished request and
   returns a ``Finish`` (the grammar is complete or dead), a ``Jump`` (forced tokens to splice
-  in place of the last output token) or None.  After applying a ``Jump`` the scheduler asks
+  in place of the last output token: the scheduler writes them into ``output_ids`` and calls
+  ``req.grammar.splice``) or None.  After applying a ``Jump`` the scheduler asks
   ``after_jump(req)``, which returns a ``Finish`` or None for the spliced state.
-- Nothing here runs for requests without a grammar, and the backend (vocabulary, compile
-  processes) is created on the first constrained request.
+- Nothing here runs for requests without a grammar, and the backend (``cfg.grammar_backend``:
+  vocabulary, compile processes or threads) is created on the first constrained request.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from radixserve.config import SchedulerConfig
 from radixserve.constrained.backend import GrammarBackend
+from radixserve.constrained.registry import make_backend
 from radixserve.constrained.fsm_state import GrammarState
 from radixserve.constrained.jump_forward import plan_jump
 from radixserve.constrained.protocols import GrammarRequest, GrammarSampling
@@ -43,7 +45,8 @@ R = TypeVar("R", bound=GrammarRequest)  # the caller's request type, handed back
 
 
 def has_constraint(sp: GrammarSampling) -> bool:
-    return sp.regex is not None or sp.json_schema is not None or sp.choices is not None
+    return (sp.regex is not None or sp.json_schema is not None or sp.choices is not None
+            or getattr(sp, "ebnf", None) is not None)
 
 
 @dataclass(frozen=True)
@@ -57,11 +60,9 @@ class Finish:
 
 @dataclass(frozen=True)
 class Jump:
-    """Replace the request's last output token with ``tokens`` (the FSM states after each
-    token are ``states``: pass both to ``GrammarState.splice``)."""
+    """Replace the request's last output token with ``tokens`` (then ``GrammarState.splice(tokens)``)."""
 
     tokens: list[int]
-    states: list[int]
 
 
 class GrammarManager(Generic[R]):
@@ -79,12 +80,12 @@ class GrammarManager(Generic[R]):
         if self.backend is None:
             if self.tokenizer is None:
                 raise ValueError("sampling_params: constrained generation needs the model's tokenizer")
-            self.backend = GrammarBackend(self.tokenizer, self.vocab_size, self.eos_ids, self.cfg)
+            self.backend = make_backend(self.tokenizer, self.vocab_size, self.eos_ids, self.cfg)
         return self.backend
 
     # ------------------------------------------------------------------ compile
     def add(self, req: R) -> None:
-        c = constraint_of(req.sampling, self.cfg.json_whitespace_pattern)
+        c = constraint_of(req.sampling, self.cfg.json_whitespace_pattern, self.cfg.grammar_backend)
         assert c is not None, "add() takes constrained requests only"
         self.get_backend().request(c)
         self.waiting.append((req, c))
@@ -100,7 +101,7 @@ class GrammarManager(Generic[R]):
             elif isinstance(got, Exception):
                 failed.append((req, FinishReason.abort(f"{c.kind} constraint could not be compiled: {got}")))
             else:
-                gs = GrammarState(got)
+                gs = got.new_state()
                 if gs.outcome() == "dead":
                     failed.append((req, FinishReason.abort(
                         f"{c.kind} constraint: no token of the vocabulary can start the pattern")))
@@ -130,7 +131,7 @@ class GrammarManager(Generic[R]):
     def after_token(self, req: GrammarRequest) -> Optional[FinishReason]:
         tok = req.output_ids[-1]
         gs = _grammar(req)
-        if tok in self.eos_ids and gs.grammar.is_final(gs.state) and not req.sampling.ignore_eos:
+        if tok in self.eos_ids and gs.is_accepting() and not req.sampling.ignore_eos:
             return None  # the stop check ends it
         if gs.accept(tok):
             return None
@@ -160,10 +161,9 @@ class GrammarManager(Generic[R]):
         plan = plan_jump(req, _grammar(req), self.get_backend().vocab)
         if plan is None:
             return None
-        new, states = plan
         self.num_jumps += 1
-        self.jumped_tokens += len(new) - 1
-        return Jump(new, states)
+        self.jumped_tokens += len(plan) - 1
+        return Jump(plan)
 
     def after_jump(self, req: GrammarRequest) -> Optional[Finish]:
         """After a ``Jump`` was applied (the FSM spliced, the tokens in ``output_ids``)."""
@@ -171,7 +171,7 @@ class GrammarManager(Generic[R]):
 
     def stats(self) -> dict:
         b = self.backend
-        return {"grammar_jumps": self.num_jumps, "grammar_jumped_tokens": self.jumped_tokens,
+        return {"grammar_backend": self.cfg.grammar_backend, "grammar_jumps": self.num_jumps, "grammar_jumped_tokens": self.jumped_tokens,
                 "grammar_cached": 0 if b is None else len(b.cache),
                 "grammar_compiling": 0 if b is None else len(b.inflight)}
 

@@ -1,20 +1,27 @@
-"""Turn ``regex`` / ``json_schema`` / ``choices`` sampling parameters into one regex.
+"""Turn ``regex`` / ``json_schema`` / ``choices`` / ``ebnf`` sampling parameters into what a
+grammar backend compiles.
 
 Contract:
-- ``constraint_of(params)`` returns None for an unconstrained request, else a
-  ``Constraint(kind, key, regex)``; ``key`` (kind + canonical spec) identifies the compiled
-  index in the cache.  Results are memoized, so repeated validation is cheap.
+- ``constraint_of(params, whitespace, backend)`` returns None for an unconstrained request,
+  else a ``Constraint(kind, key, source)``; ``key`` (kind + canonical spec) identifies the
+  compiled grammar in the backend's cache; ``source`` is a regex for "outlines" and a
+  llguidance grammar (validated here, see llg_spec.py) for "llguidance".  Results are
+  memoized, so repeated validation is cheap.  Called synchronously by the request front
+  door (``request_builder``), so every problem below is a 400 before anything is queued.
+- ``ebnf`` (a Lark or GBNF grammar) needs llguidance; with outlines it is refused, naming
+  the field and the backend it needs.
 - Every problem raises ``ValueError("sampling_params.<field>: ...")`` carrying the parser's
   message: a regex that Python's ``re`` parser rejects (outlines-core's own error text is
-  only "error building NFA"), lookaround / backreferences / anchors, which the
-  automaton-based backend does not support (a leading ``^`` / trailing ``$`` is dropped:
-  the whole output always matches), or a schema that outlines-core's
-  ``build_regex_from_schema`` rejects (invalid JSON, unsupported type or keyword).
-  Keywords outlines-core would silently ignore are enforced or rejected (json_schema.py).
-  Rust-only escapes that Python does not know (``\\p{L}``...) are left to the compiler,
-  whose failure then fails the request asynchronously.
-- ``choices`` compile to an alternation of the choices with every regex metacharacter
-  escaped (so ``a.b`` matches only the literal text).
+  only "error building NFA"), lookaround / backreferences / anchors, which neither
+  automaton-based backend supports (a leading ``^`` / trailing ``$`` is dropped: the whole
+  output always matches), or a schema the backend rejects: outlines-core's
+  ``build_regex_from_schema`` (keywords it would silently ignore are enforced or rejected,
+  json_schema.py), llguidance's JSON compiler with its lenient mode off (it names the
+  unimplemented keywords).  With outlines, Rust-only escapes that Python does not know
+  (``\\p{L}``...) are left to the compiler, whose failure then fails the request
+  asynchronously; llguidance validates them here.
+- ``choices`` compile to an alternation of the literal choices (regex metacharacters
+  escaped: ``a.b`` matches only that text).
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
+from radixserve.config import DEFAULT_GRAMMAR_BACKEND
 from radixserve.constrained.protocols import GrammarSampling
 
 OUTLINES_WHITESPACE = r"[ ]?"  # outlines-core's default; the server's default is "" (compact)
@@ -41,9 +49,9 @@ _UNSUPPORTED = {"ASSERT": "lookaround assertions", "ASSERT_NOT": "lookaround ass
 
 @dataclass(frozen=True)
 class Constraint:
-    kind: str  # "regex" | "json" | "choices"
-    key: tuple  # (kind, canonical spec, whitespace) -> compiled-index cache key
-    regex: str
+    kind: str  # "regex" | "json" | "choices" | "ebnf"
+    key: tuple  # (kind, canonical spec, whitespace) -> compiled-grammar cache key
+    source: str  # what the backend compiles: a regex (outlines) or a llguidance grammar
 
 
 def escape(text: str) -> str:
@@ -133,27 +141,56 @@ def canonical_schema(schema: Any) -> str:
     raise ValueError("sampling_params.json_schema: must be a JSON string or an object")
 
 
-def constraint_of(params: GrammarSampling, whitespace: Optional[str] = None) -> Optional[Constraint]:
-    """The constraint a SamplingParams asks for (None when unconstrained)."""
-    regex, schema, choices = params.regex, params.json_schema, params.choices
-    given = [n for n, v in (("regex", regex), ("json_schema", schema), ("choices", choices)) if v is not None]
+def _outlines_source(kind: str, value: str, ws: str) -> str:
+    if kind == "json":
+        return _schema_regex(value, ws)
+    if kind == "choices":
+        return "(" + "|".join(escape(c) for c in json.loads(value)) + ")"
+    if kind == "ebnf":
+        raise ValueError("sampling_params.ebnf: grammars need the llguidance grammar backend "
+                         "(start the server with --grammar-backend llguidance); outlines-core takes "
+                         "regex, json_schema and choices")
+    return value
+
+
+def _llguidance_source(kind: str, value: str, ws: str) -> str:
+    from radixserve.constrained.llg_spec import llguidance_source
+
+    return llguidance_source(kind, value, ws)
+
+
+SOURCES = {"outlines": _outlines_source, "llguidance": _llguidance_source}
+FIELDS = ("regex", "json_schema", "choices", "ebnf")
+
+
+def constraint_of(params: GrammarSampling, whitespace: Optional[str] = None,
+                  backend: str = DEFAULT_GRAMMAR_BACKEND) -> Optional[Constraint]:
+    """The constraint a SamplingParams asks for (None when unconstrained), compiled by
+    ``backend`` ("outlines" or "llguidance") from ``Constraint.source``."""
+    values = {name: getattr(params, name, None) for name in FIELDS}
+    given = [n for n in FIELDS if values[n] is not None]
     if not given:
         return None
     if len(given) > 1:
-        raise ValueError(f"sampling_params.{given[1]}: give only one of regex, json_schema and choices")
+        raise ValueError(f"sampling_params.{given[1]}: give only one of regex, json_schema, choices and ebnf")
     ws = OUTLINES_WHITESPACE if whitespace is None else whitespace
+    to_source = SOURCES[backend]
+    regex, schema, choices, ebnf = (values[n] for n in FIELDS)
     if regex is not None:
         if not isinstance(regex, str) or not regex:
             raise ValueError("sampling_params.regex: must be a non-empty string")
         regex = strip_anchors(regex)
         check_regex(regex)
-        return Constraint("regex", ("regex", regex), regex)
+        return Constraint("regex", ("regex", regex), to_source("regex", regex, ws))
     if schema is not None:
         canon = canonical_schema(schema)
-        rx = _schema_regex(canon, ws)
-        return Constraint("json", ("json", canon, ws), rx)
+        return Constraint("json", ("json", canon, ws), to_source("json", canon, ws))
+    if ebnf is not None:
+        if not isinstance(ebnf, str) or not ebnf.strip():
+            raise ValueError("sampling_params.ebnf: must be a non-empty string (a Lark or GBNF grammar)")
+        return Constraint("ebnf", ("ebnf", ebnf), to_source("ebnf", ebnf, ws))
     if (not isinstance(choices, (list, tuple)) or not choices
             or not all(isinstance(c, str) and c for c in choices)):
         raise ValueError("sampling_params.choices: must be a non-empty list of non-empty strings")
-    rx = "(" + "|".join(escape(c) for c in choices) + ")"
-    return Constraint("choices", ("regex", rx), rx)
+    canon = json.dumps(list(choices))
+    return Constraint("choices", ("choices", canon), to_source("choices", canon, ws))

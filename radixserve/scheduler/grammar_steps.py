@@ -45,7 +45,7 @@ def after_grammar_token(req: Req, grammars: GrammarManager, stops: StopChecker, 
         return False
     req.output_ids[-1:] = decision.tokens
     assert req.grammar is not None
-    req.grammar.splice(decision.tokens, decision.states)
+    req.grammar.splice(decision.tokens)
     if req.remaining_new_tokens() == 0:
         req.finish_reason = FinishReason.length(len(req.output_ids))
         return False

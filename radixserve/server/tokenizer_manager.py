@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 import zmq
 import zmq.asyncio
 
+from radixserve.config import DEFAULT_GRAMMAR_BACKEND
 from radixserve.ipc.server_link import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError,
                                         SchedulerStats, TokenizedRequest)
 from radixserve.ipc.worker_link import WorkerInfo
@@ -34,11 +35,12 @@ logger = logging.getLogger(__name__)
 
 
 class TokenizerManager:
-    def __init__(self, tokenizer: Any, info: WorkerInfo, addrs: IPCAddrs, tokenizer_path: str = "") -> None:
+    def __init__(self, tokenizer: Any, info: WorkerInfo, addrs: IPCAddrs, tokenizer_path: str = "",
+                 grammar_backend: str = DEFAULT_GRAMMAR_BACKEND) -> None:
         self.tokenizer = tokenizer
         self.chat = ChatEncoder(tokenizer, tokenizer_path)
         self.info = info
-        self.builder = RequestBuilder(Limits.of(info))
+        self.builder = RequestBuilder(Limits.of(info), grammar_backend)
         self.to_sched = make_socket(zmq.Context.instance(), zmq.PUSH, addrs.server_to_sched, bind=False)
         self.from_detok = make_socket(zmq.asyncio.Context.instance(), zmq.PULL, addrs.detok_to_server, bind=True)
         self.states: dict[str, ReqState] = {}

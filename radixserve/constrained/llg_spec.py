@@ -1,0 +1,201 @@
+"""Constraints as llguidance grammars, validated synchronously (no tokenizer needed).
+
+Contract of ``llguidance_source(kind, value, whitespace)`` (``kind``: "regex", "json" (a
+canonical schema), "choices" (a JSON list) or "ebnf"): the llguidance grammar string the
+backend compiles, or ``ValueError("sampling_params.<field>: ...")`` with llguidance's own
+message.  ``LLMatcher.validate_grammar`` runs the JSON-schema compiler and the Lark parser
+(well under a millisecond for the project's schemas), so a bad request is a 400 and never an
+asynchronous abort.
+
+JSON schema options are passed as ``overrides``, applied after the schema's own
+``x-guidance`` block, so a schema cannot switch them: ``lenient`` is off (an unimplemented
+keyword is an error naming it, never ignored), ``coerce_one_of`` is off (a ``oneOf`` whose
+branches may overlap is refused rather than weakened to ``anyOf``), and whitespace follows
+``json_whitespace_pattern``: "" is compact JSON (``,`` and ``:`` with nothing around them),
+any other pattern is allowed between JSON tokens, as outlines-core does.
+
+Tightenings make llguidance write what outlines-core writes (every output still
+validates against the schema as given; without them a small model tends to invent
+properties or pad a string until ``max_new_tokens``).  A ``pattern`` with no anchor at all
+is anchored (JSON Schema's patterns are unanchored: ``[0-9]{5}`` accepts any string holding
+five digits, and outlines-core anchors them); OpenAPI's ``format: byte`` (which llguidance
+does not know) becomes the exact base64 pattern; a ``number`` gets at most 10 decimals and no
+exponent (``multipleOf: 1e-10`` in the grammar only, as outlines-core's bounded numbers;
+a small model otherwise writes digits until ``max_new_tokens``).  Objects are closed as outlines-core closes them: a node with ``properties`` and no word on
+extra properties (no ``additionalProperties``, ``patternProperties``,
+``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
+``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
+the model writes the listed properties only (as xgrammar's strict mode does).
+
+``ebnf`` takes Lark (llguidance's syntax, a ``start:`` rule) or GBNF (llama.cpp / SGLang's
+xgrammar ``root ::= ...``), converted with llguidance's ``gbnf_to_lark``.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+FIELD = {"regex": "regex", "json": "json_schema", "choices": "choices", "ebnf": "ebnf"}
+
+
+def json_options(whitespace: str) -> dict:
+    opts: dict = {"lenient": False, "coerce_one_of": False, "item_separator": ",", "key_separator": ":",
+                  "whitespace_flexible": False}
+    if whitespace:
+        opts["whitespace_pattern"] = whitespace
+    return opts
+
+
+FRACTION_STEP = 1e-10
+BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref")
+_SUB_DICTS = ("properties", "$defs", "definitions", "dependentSchemas")
+_SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+            "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+
+
+def _refs(node: Any, out: set) -> set:
+    """Every ``$ref`` string anywhere under ``node``."""
+    if isinstance(node, list):
+        for x in node:
+            _refs(x, out)
+    elif isinstance(node, dict):
+        if isinstance(node.get("$ref"), str):
+            out.add(node["$ref"])
+        for v in node.values():
+            if isinstance(v, (dict, list)):
+                _refs(v, out)
+    return out
+
+
+def _all_of_refs(schema: Any) -> set:
+    """Local ``$ref`` targets reachable from an ``allOf`` branch (directly or through other refs)."""
+    found: set = set()
+    stack = [schema]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, list):
+            stack.extend(n)
+        elif isinstance(n, dict):
+            if isinstance(n.get("allOf"), list):
+                found |= _refs(n["allOf"], set())
+            stack.extend(v for v in n.values() if isinstance(v, (dict, list)))
+    todo = list(found)
+    while todo:
+        parts = todo.pop().split("/")
+        if len(parts) != 3 or parts[0] != "#" or not isinstance(schema, dict):
+            continue
+        target = schema.get(parts[1], {}).get(parts[2]) if isinstance(schema.get(parts[1]), dict) else None
+        for r in _refs(target, set()) - found:
+            found.add(r)
+            todo.append(r)
+    return found
+
+
+def tighten(schema: Any) -> Any:
+    """A copy of the schema, tightened as the module docstring says (definitions that an
+    ``allOf`` refers to are left open, like ``allOf`` branches)."""
+    return close_objects(schema, False, frozenset(_all_of_refs(schema)), "#")
+
+
+def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#") -> Any:
+    if isinstance(node, list):
+        return [close_objects(x, in_all_of, open_refs, path) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = dict(node)
+    pat = node.get("pattern")
+    if isinstance(pat, str) and "^" not in pat and "$" not in pat:
+        out["pattern"] = f"^(?:{pat})$"
+    if node.get("type") == "number" and not any(k in node for k in ("multipleOf", "enum", "const")):
+        out["multipleOf"] = FRACTION_STEP  # at most 10 decimals, no exponent (outlines-core's cap)
+    if node.get("format") == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
+        del out["format"]
+        out["pattern"] = BASE64
+    for k in _SUB_DICTS:
+        if isinstance(node.get(k), dict):
+            out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}")
+                      for name, v in node[k].items()}
+    for k in _SUB_ONE:
+        if isinstance(node.get(k), (dict, list)):
+            out[k] = close_objects(node[k], False, open_refs, f"{path}/{k}")
+    for k in ("anyOf", "oneOf", "prefixItems"):
+        if isinstance(node.get(k), list):  # an anyOf/oneOf branch under an allOf merges with its siblings too
+            out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}")
+                      for i, v in enumerate(node[k])]
+    if isinstance(node.get("allOf"), list):
+        out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}") for i, v in enumerate(node["allOf"])]
+    _property_dependencies(out)
+    props = node.get("properties")
+    required = node.get("required", [])
+    if (isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
+            and isinstance(required, list) and all(r in props for r in required)):
+        out["additionalProperties"] = False
+    return out
+
+
+def _property_dependencies(node: dict) -> None:
+    """Rewrite property dependencies (draft-4 ``dependencies`` with lists, ``dependentRequired``)
+    exactly, which llguidance lacks: ``{a: [b]}`` becomes ``anyOf: [{properties: {a: false}},
+    {required: [a, b]}]`` (a absent, or a and b present).  Only on a node without
+    ``anyOf``/``oneOf``/``allOf`` and for at most 3 dependencies; schema dependencies are left
+    for llguidance to refuse, naming the keyword."""
+    keys = [k for k in ("dependencies", "dependentRequired") if k in node]
+    if not keys or any(k in node for k in ("anyOf", "oneOf", "allOf")):
+        return
+    deps: dict = {}
+    for key in keys:
+        d = node[key]
+        if not isinstance(d, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                              for v in d.values()):
+            return
+        deps.update({k: v for k, v in d.items() if v})
+    if len(deps) > 3:
+        return
+    for key in keys:
+        del node[key]
+    branches = [{"anyOf": [{"properties": {a: False}}, {"required": [a] + list(bs)}]} for a, bs in deps.items()]
+    if len(branches) == 1:
+        node["anyOf"] = branches[0]["anyOf"]
+    elif branches:
+        node["allOf"] = branches
+
+
+def to_lark(text: str) -> str:
+    """A Lark grammar as given, or a GBNF grammar converted to Lark."""
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    try:
+        return any_to_lark(text)
+    except Exception as e:  # noqa: BLE001 - the converter raises plain Exception on a missing rule
+        raise ValueError(f"sampling_params.ebnf: not a valid Lark or GBNF grammar: {e}") from None
+
+
+def choices_lark(choices: list[str]) -> str:
+    return "start: " + " | ".join(json.dumps(c) for c in choices)
+
+
+@lru_cache(maxsize=1024)
+def llguidance_source(kind: str, value: str, whitespace: str) -> str:
+    from llguidance import LLMatcher
+
+    field = FIELD[kind]
+    lark = to_lark(value) if kind == "ebnf" else ""
+    try:
+        if kind == "regex":
+            grammar = LLMatcher.grammar_from_regex(value)
+        elif kind == "json":
+            schema = tighten(json.loads(value))
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
+        elif kind == "choices":
+            grammar = LLMatcher.grammar_from_lark(choices_lark(json.loads(value)))
+        else:
+            grammar = LLMatcher.grammar_from_lark(lark)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"sampling_params.{field}: {e}") from None
+    err = LLMatcher.validate_grammar(grammar)
+    if err:
+        what = "unsupported or invalid schema" if kind == "json" else f"invalid {kind}"
+        raise ValueError(f"sampling_params.{field}: {what}: {err.strip()}")
+    return grammar
