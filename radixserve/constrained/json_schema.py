@@ -16,9 +16,10 @@ do not validate.  Contract of ``schema_to_regex(schema_json, whitespace)``:
   bound, bounds on a multi-type node, ``oneOf`` with several entries (outlines-core
   compiles it as ``anyOf``: an output valid under two branches would not validate);
   outlines' own errors (``not``, ``if``, unknown ``format``...) are passed on.
-- an empty schema (``{}``, or annotations only: "any value") becomes an explicit list of
-  every type: outlines-core's regex for ``{}`` leaves its alternation ungrouped, so inside
-  an object it accepted text that is not JSON (JSONSchemaBench, Snowplow sp_141).
+- an empty subschema (``{}``, or annotations only: "any value") below the root is refused:
+  outlines-core's regex for it leaves its alternation ungrouped, so inside an object it
+  accepted text that is not JSON (JSONSchemaBench, Snowplow sp_141), and spelling out
+  every type instead compiles the huge "any object" automaton (memory blow-up).
 """
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ _REJECT = {"multipleOf", "contains", "minContains", "maxContains", "patternPrope
            "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties", "unevaluatedItems"}
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
-_ALL_TYPES = ("string", "number", "boolean", "null", "object", "array")
 
 
 def _same_len(a: str, b: str) -> str:
@@ -120,8 +120,8 @@ class _Rewriter:
     def walk(self, node: Any, path: str) -> Any:
         if not isinstance(node, dict):
             return node
-        if not set(node) - _ANNOTATIONS:  # "any value": outlines-core's regex for {} is ungrouped
-            return {"type": list(_ALL_TYPES)}
+        if path and not set(node) - _ANNOTATIONS:  # "any value": outlines-core's regex for {} is ungrouped
+            self.bad(path, "an empty subschema (any JSON value; use --grammar-backend llguidance)")
         if isinstance(node.get("oneOf"), list) and len(node["oneOf"]) > 1:
             self.bad(path, "'oneOf' with several subschemas (outlines-core compiles it as anyOf)")
         for k in _REJECT & node.keys():
