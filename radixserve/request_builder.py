@@ -133,9 +133,10 @@ class RequestBuilder:
                 if rid in taken or in_use(rid):
                     raise ValueError(f"rid: {rid!r} is already in use")
                 taken.add(rid)
-                copy = one if sp.n == 1 else SamplingParams(**one.__dict__)
+                params = one if sp.n == 1 else SamplingParams(**one.__dict__)
                 seed = None if sp.seed is None else sp.seed + j
-                out.append(TokenizedRequest(rid, list(ids), copy, seed, return_logprob, start, top_logprobs_num, j))
+                out.append(TokenizedRequest(rid, list(ids), params, seed, return_logprob, start, top_logprobs_num,
+                                            copy=j))
         return out
 
     def build_embed(self, prompts: list[list[int]], names: list[str], pooling: str,
