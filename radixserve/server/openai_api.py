@@ -63,6 +63,27 @@ def usage(states: list[ReqState], n: int) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": sum(st.cached_tokens for st in firsts)}}
 
 
+class ChunkStream:
+    """How a streamed OpenAI response wraps its choices: ``chunk(choice)`` is one chunk
+    (``usage`` null when the client asked for usage), ``tail(states, n)`` the final usage-only
+    chunk once every state is done (``stream_options.include_usage``), else nothing."""
+
+    def __init__(self, req: Any, base: dict[str, Any], obj: str) -> None:
+        self.base, self.obj = base, obj
+        self.include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    def chunk(self, choice: dict[str, Any]) -> list[dict[str, Any]]:
+        out = {**self.base, "object": self.obj, "choices": [choice]}
+        if self.include_usage:
+            out["usage"] = None
+        return [out]
+
+    def tail(self, states: list[ReqState], n: int) -> list[dict[str, Any]]:
+        if not self.include_usage or not all(st.done for st in states):
+            return []
+        return [{**self.base, "object": self.obj, "choices": [], "usage": usage(states, n)}]
+
+
 def openai_router(ctx: Any) -> APIRouter:
     """The OpenAI routes over ``ctx`` (the app's ``ServerContext``)."""
     tm = ctx.tm
@@ -101,14 +122,12 @@ def openai_router(ctx: Any) -> APIRouter:
                 if top is not None:
                     c["logprobs"] = view.logprobs(st, 0, top, True)
                 choices.append(c)
-            obj = "text_completion"
-            return {**base, "object": obj, "choices": choices, "usage": usage(states, n)}
+            return {**base, "object": "text_completion", "choices": choices, "usage": usage(states, n)}
 
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        chunks = ChunkStream(req, base, "text_completion")
         sent_text = {st.index: 0 for st in states}
         sent_lp = {st.index: 0 for st in states}
         opened: set[int] = set()  # choices whose first chunk went out
-        obj = "text_completion"
 
         def render(st: ReqState) -> list:
             i = st.index
@@ -121,15 +140,10 @@ def openai_router(ctx: Any) -> APIRouter:
             if top is not None:
                 c["logprobs"] = view.logprobs(st, sent_lp[i], top, first)
             sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
-            chunk = {**base, "object": obj, "choices": [c]}
-            if include_usage:
-                chunk["usage"] = None
-            return [chunk]
+            return chunks.chunk(c)
 
         def tail() -> list:
-            if not include_usage or not all(st.done for st in states):
-                return []
-            return [{**base, "object": obj, "choices": [], "usage": usage(states, n)}]
+            return chunks.tail(states, n)
 
         first, events = await first_and_rest(tm.events(states, request.is_disconnected))
         return stream_response(first, events, render, tail)

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
-from radixserve.server.openai_api import _openai_names, finish_str, sampling_dict, usage
+from radixserve.server.openai_api import ChunkStream, _openai_names, finish_str, sampling_dict, usage
 from radixserve.server.protocol import ChatCompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
 from radixserve.server.tool_parsers import HermesParser, ToolParser, make_parser
@@ -104,7 +104,7 @@ def chat_router(ctx: Any) -> APIRouter:
                                 "logprobs": None if top is None else chat_logprobs(st, 0, top)})
             return {**base, "object": "chat.completion", "choices": choices, "usage": usage(states, req.n)}
 
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        chunks = ChunkStream(req, base, "chat.completion.chunk")
         sent_text = {st.index: 0 for st in states}
         sent_lp = {st.index: 0 for st in states}
         started: set[int] = set()
@@ -128,15 +128,10 @@ def chat_router(ctx: Any) -> APIRouter:
             c = {"index": i, "delta": delta, "finish_reason": reason,
                  "logprobs": None if top is None else chat_logprobs(st, sent_lp[i], top)}
             sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
-            chunk = {**base, "object": "chat.completion.chunk", "choices": [c]}
-            if include_usage:
-                chunk["usage"] = None
-            return [chunk]
+            return chunks.chunk(c)
 
         def tail() -> list:
-            if not include_usage or not all(st.done for st in states):
-                return []
-            return [{**base, "object": "chat.completion.chunk", "choices": [], "usage": usage(states, req.n)}]
+            return chunks.tail(states, req.n)
 
         first, events = await first_and_rest(tm.events(states, request.is_disconnected))
         return stream_response(first, events, render, tail)
