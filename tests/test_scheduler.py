@@ -80,3 +80,38 @@ def test_take_output_deltas():
     req.finish_reason = {"type": "length", "length": 3}
     b = take_output(req, 2.0)
     assert b.new_ids == [9] and b.finished and b.queue_time is None and b.completion_tokens == 3
+
+
+def test_prompt_logprobs_survive_a_retraction_mid_prompt(tiny_dir):
+    """A request retracted between two prompt chunks recomputes its prompt logprobs on
+    re-admission: the list still starts with the first token's None and equals the one of a
+    request that was never retracted."""
+    from radixserve.scheduler.build import new_req
+
+    ids = list(range(300, 340))  # 40 tokens: chunks of 16, 16, 8
+    eng = make_engine(tiny_dir, chunked_prefill_size=16)
+    try:
+        eng.flush_cache()
+        ref = eng.generate(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0},
+                           return_logprob=True, logprob_start_len=0)["meta_info"]["input_token_logprobs"]
+        eng.flush_cache()
+
+        def scenario(s):
+            msg = eng.builder.build([ids], [{"max_new_tokens": 2, "temperature": 0}], ["input_ids"], None, True, 0)[0]
+            req = new_req(msg)
+            s.add_request(req)
+            s.step()
+            assert 0 < req.kv_len < len(ids), "the first step must stop mid-prompt"
+            s._retract(req)
+            s.check_invariants()
+            while s.has_work():
+                s.step()
+            s.check_invariants()
+            return list(req.input_logprobs)
+
+        got = eng.run_on_driver(scenario, 60)
+    finally:
+        eng.shutdown()
+    assert len(got) == len(ids) == len(ref)
+    assert got[0] is None and ref[0][0] is None
+    assert all(abs(g.logprob - r[0]) < 1e-5 for g, r in zip(got[1:], ref[1:]))
