@@ -113,6 +113,15 @@ def server(tiny_dir):
 
 
 @pytest.fixture(scope="module")
+def oai(server):
+    """The official ``openai`` client on ``server``'s /v1 routes."""
+    import openai
+    from server_harness import API_KEY
+
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
 def http_backend(server):
     from frontend_lang import RuntimeEndpoint
     from server_harness import API_KEY

@@ -6,24 +6,11 @@ from __future__ import annotations
 
 import json
 
-import openai
-import pytest
 import torch
 
 from conftest import hf_prompt_logprobs
-from server_harness import API_KEY, shared_server
 
 PROMPT = "The capital of France is Paris, and the capital of Italy is"
-
-
-@pytest.fixture(scope="module")
-def server(tiny_dir):
-    return shared_server(tiny_dir)
-
-
-@pytest.fixture(scope="module")
-def oai(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
 
 
 def lp_close(got: list, ref: list) -> bool:

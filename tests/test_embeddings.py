@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import make_engine
-from server_harness import API_KEY, shared_server
+from server_harness import API_KEY
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Radix trees share prefixes.",
          "The quick brown fox jumps over the lazy cat, then sleeps."]
@@ -136,11 +136,6 @@ def test_retracted_mid_prompt_starts_over(eng, pooling):
 
 
 # ---------------------------------------------------------------- the server
-@pytest.fixture(scope="module")
-def server(tiny_dir):
-    return shared_server(tiny_dir)
-
-
 def server_idle_ok(server) -> None:
     s = server.wait_idle()["scheduler"]
     assert s["invariants_ok"], s["invariant_error"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from server_harness import API_KEY, shared_server
+from server_harness import shared_server
 
 MSGS = [{"role": "user", "content": "Name a prime number."}]
 
@@ -12,11 +12,6 @@ MSGS = [{"role": "user", "content": "Name a prime number."}]
 @pytest.fixture(scope="session")
 def server(tiny_dir):
     return shared_server(tiny_dir)
-
-
-@pytest.fixture(scope="module")
-def oai(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
 
 
 def test_models_and_completions(oai, server):
