@@ -3,6 +3,8 @@
     radixserve generate "The capital of France is" --max-new-tokens 32
     radixserve generate --chat "Write a haiku about caches" --temperature 0.7
     radixserve serve --port 30000            # HTTP server: /generate and OpenAI /v1
+    radixserve serve --dp-size 2             # two replicas behind the cache-aware router
+    radixserve router --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002
 
 Every field of ModelConfig, CacheConfig and SchedulerConfig is a flag (``--max-total-tokens``,
 ``--chunked-prefill-size``, ``--schedule-policy``, ``--disable-radix-cache``, ...).
@@ -16,7 +18,7 @@ import time
 import typing
 from typing import Any, Optional
 
-from radixserve.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
+from radixserve.config import CacheConfig, EngineConfig, ModelConfig, RouterConfig, SchedulerConfig, ServerConfig
 
 
 def _flag(name: str) -> str:
@@ -92,9 +94,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    server_cfg = config_from_args(ServerConfig, args)
+    if server_cfg.dp_size < 1:
+        print("radixserve serve: error: --dp-size must be >= 1", file=sys.stderr)
+        return 2
+    if server_cfg.dp_size > 1:
+        from radixserve.router.launch import serve_dp
+
+        return serve_dp(args.argv, server_cfg)
     from radixserve.server.launcher import serve
 
-    return serve(engine_config_from_args(args), config_from_args(ServerConfig, args))
+    return serve(engine_config_from_args(args), server_cfg)
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    from radixserve.router.launch import run_router
+
+    return run_router(config_from_args(RouterConfig, args), args.worker_urls)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -114,7 +130,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     _engine_parser(srv)
     add_config_args(srv, ServerConfig)
     srv.set_defaults(func=cmd_serve)
+    rtr = sub.add_parser("router", help="route requests over radixserve replicas by cached prefix")
+    rtr.add_argument("--worker-urls", nargs="+", required=True, help="the replicas, e.g. http://127.0.0.1:30001")
+    add_config_args(rtr, RouterConfig)
+    rtr.set_defaults(func=cmd_router)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.argv = argv[1:]  # the subcommand's own flags (``serve --dp-size`` hands them to its replicas)
     return args.func(args)
 
 

@@ -144,13 +144,50 @@ class ServerConfig:
     ``api_keys_file``: a TOML file of named keys with token budgets, request rates, allowed
     routes and cache namespaces (``server/keys.py``; reloaded on SIGHUP); exclusive with
     ``api_key``.  ``usage_db``: the SQLite file where every request's tokens are recorded
-    per key and period (``server/usage_db.py``); without it usage is kept in memory only."""
+    per key and period (``server/usage_db.py``); without it usage is kept in memory only.
+    ``dp_size`` > 1: that many replicas behind the cache-aware router (``router/launch.py``)."""
 
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: Optional[str] = None
     api_keys_file: Optional[str] = None
     usage_db: Optional[str] = None
+    log_level: str = "info"
+    dp_size: int = 1
+
+
+RoutingPolicy = Literal["cache_aware", "round_robin", "least_load"]
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """The data-parallel router (``radixserve router``; ``radixserve/router/``).
+
+    ``cache_aware`` (the default, SGLang's policy): when the replicas' in-flight counts are
+    balanced (max - min <= ``balance_abs_threshold`` or max <= ``balance_rel_threshold`` x
+    min), a request goes to the replica whose approximate tree matches the longest share of
+    its text, if that share is at least ``cache_threshold``; otherwise (or when unbalanced)
+    to the least-loaded replica.  Each replica's tree is kept under ``max_tree_chars``
+    characters, evicting least recently used leaves every ``eviction_interval`` seconds.
+    A connect failure or a 503 (never processed) is retried on another replica up to
+    ``max_retries`` times; a replica failing ``health_failure_threshold`` health checks in a
+    row (every ``health_check_interval`` s) takes no traffic until one succeeds.
+    ``api_key`` guards the admin routes (/add_worker, /remove_worker, /flush_cache);
+    request routes pass the client's Authorization header through to the replicas."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    policy: RoutingPolicy = "cache_aware"
+    cache_threshold: float = 0.5
+    balance_abs_threshold: int = 16
+    balance_rel_threshold: float = 1.5
+    max_tree_chars: int = 8_000_000
+    eviction_interval: float = 30.0
+    health_check_interval: float = 2.0
+    health_failure_threshold: int = 2
+    max_retries: int = 2
+    request_timeout: float = 600.0
+    api_key: Optional[str] = None
     log_level: str = "info"
 
 
