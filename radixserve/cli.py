@@ -110,10 +110,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_router(args: argparse.Namespace) -> int:
     from radixserve.router.launch import run_router
 
-    return run_router(config_from_args(RouterConfig, args), args.worker_urls)
+    cfg = config_from_args(RouterConfig, args)
+    if not args.worker_urls and not cfg.worker_dns:
+        print("radixserve router: error: give --worker-urls or --worker-dns", file=sys.stderr)
+        return 2
+    return run_router(cfg, args.worker_urls)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="radixserve")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate from a prompt with the in-process Engine")
@@ -131,9 +135,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     add_config_args(srv, ServerConfig)
     srv.set_defaults(func=cmd_serve)
     rtr = sub.add_parser("router", help="route requests over radixserve replicas by cached prefix")
-    rtr.add_argument("--worker-urls", nargs="+", required=True, help="the replicas, e.g. http://127.0.0.1:30001")
+    rtr.add_argument("--worker-urls", nargs="*", default=[], help="the replicas, e.g. http://127.0.0.1:30001")
     add_config_args(rtr, RouterConfig)
     rtr.set_defaults(func=cmd_router)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.argv = argv[1:]  # the subcommand's own flags (``serve --dp-size`` hands them to its replicas)

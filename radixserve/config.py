@@ -173,7 +173,10 @@ class RouterConfig:
     ``max_retries`` times; a replica failing ``health_failure_threshold`` health checks in a
     row (every ``health_check_interval`` s) takes no traffic until one succeeds.
     ``api_key`` guards the admin routes (/add_worker, /remove_worker, /flush_cache);
-    request routes pass the client's Authorization header through to the replicas."""
+    request routes pass the client's Authorization header through to the replicas.
+    ``worker_dns`` ("name:port", e.g. a Kubernetes headless Service): every address the name
+    resolves to is a replica; re-resolved at each health check, so replicas come and go
+    with the pods."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -189,6 +192,7 @@ class RouterConfig:
     request_timeout: float = 600.0
     api_key: Optional[str] = None
     log_level: str = "info"
+    worker_dns: Optional[str] = None
 
 
 @dataclass(frozen=True)

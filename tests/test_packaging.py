@@ -47,3 +47,8 @@ def test_wheel_ships_the_cpu_kernel_source(tmp_path):
     assert {"radixserve/kernels/cpu/paged_attention.cpp", "radixserve/kernels/cpu/fused_ops.cpp",
             "radixserve/kernels/cpu/common.h"} <= set(names)
     assert "radixserve/kernels/cpu_native.py" in names
+    # every package of the source tree ships (a package missing from pyproject's list imports
+    # in an editable install and fails in a real one)
+    for init in [*root.glob("radixserve/**/__init__.py"), *root.glob("frontend_lang/**/__init__.py")]:
+        rel = init.relative_to(root).as_posix()
+        assert rel in names, f"{rel} is not in the wheel: add its package to pyproject.toml"

@@ -139,3 +139,27 @@ def test_replica_set_health_and_urls():
     assert rs.remove("127.0.0.1:2") and not rs.remove("127.0.0.1:2")
     rs.add("127.0.0.1:1")
     assert r1.healthy
+
+
+def test_resolve_workers_for_dns_discovery():
+    from radixserve.router.replicas import resolve_workers
+
+    assert resolve_workers("localhost:30000")[0] in ("http://127.0.0.1:30000", "http://[::1]:30000")
+    assert resolve_workers("127.0.0.1:1234") == ["http://127.0.0.1:1234"]
+    for bad in ("nohostport", ":80", "h:port"):
+        with pytest.raises(ValueError, match="worker-dns"):
+            resolve_workers(bad)
+
+
+def test_router_discovers_and_drops_replicas_by_dns(monkeypatch):
+    import asyncio
+
+    from radixserve.router import app as router_app
+
+    answers = [["http://127.0.0.2:30000", "http://127.0.0.3:30000"], ["http://127.0.0.3:30000"]]
+    monkeypatch.setattr(router_app, "resolve_workers", lambda name: answers.pop(0))
+    router = router_app.Router(RouterConfig(worker_dns="replicas:30000"), [])
+    asyncio.run(router.discover())
+    assert sorted(router.replicas.replicas) == ["http://127.0.0.2:30000", "http://127.0.0.3:30000"]
+    asyncio.run(router.discover())
+    assert list(router.replicas.replicas) == ["http://127.0.0.3:30000"]

@@ -21,7 +21,7 @@ from radixserve.config import RouterConfig
 from radixserve.router.metrics import RouterMetrics
 from radixserve.router.policy import CacheAware, make_policy
 from radixserve.router.proxy import Proxy, forward_headers
-from radixserve.router.replicas import ReplicaSet
+from radixserve.router.replicas import ReplicaSet, resolve_workers
 from radixserve.router.route_key import parse_request
 from radixserve.server.http_utils import error_response
 
@@ -41,11 +41,30 @@ class Router:
         self.replicas.on_unhealthy = self.replicas.on_removed = self.policy.forget
         self.metrics = RouterMetrics()
         self.proxy = Proxy(self.replicas, self.policy, self.metrics, cfg.max_retries, cfg.request_timeout)
+        self.discovered: set[str] = set()
 
     def tree_chars(self) -> dict[str, int]:
         return dict(self.policy.tree.chars) if isinstance(self.policy, CacheAware) else {}
 
+    async def discover(self) -> None:
+        """Sync the replicas found through ``worker_dns`` with what the name resolves to now."""
+        if not self.cfg.worker_dns:
+            return
+        try:
+            found = set(await asyncio.to_thread(resolve_workers, self.cfg.worker_dns))
+        except (OSError, ValueError) as e:
+            logger.warning("worker-dns %s: %s", self.cfg.worker_dns, e)
+            return
+        for url in found - self.discovered:
+            logger.info("replica %s discovered", url)
+            self.replicas.add(url)
+        for url in self.discovered - found:
+            logger.info("replica %s no longer resolves; removed", url)
+            self.replicas.remove(url)
+        self.discovered = found
+
     async def check_once(self, client: httpx.AsyncClient) -> None:
+        await self.discover()
         async def one(r: Any) -> None:
             try:
                 ok = (await client.get(r.url + "/health", timeout=max(1.0, self.cfg.health_check_interval))).status_code == 200

@@ -37,6 +37,18 @@ def normalize_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 
+def resolve_workers(name_port: str) -> list[str]:
+    """``"host:port"`` -> one URL per address the host resolves to (blocking DNS)."""
+    import socket
+
+    host, sep, port = name_port.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"worker-dns: expected host:port, got {name_port!r}")
+    infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    addrs = sorted({info[4][0] for info in infos})
+    return [f"http://[{a}]:{port}" if ":" in a else f"http://{a}:{port}" for a in addrs]
+
+
 class ReplicaSet:
     """Ordered replicas; ``on_unhealthy``/``on_removed`` let the policy forget a replica's
     cache (a replica that comes back after failing has most likely restarted cold)."""
