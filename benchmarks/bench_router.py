@@ -5,9 +5,10 @@ round-robin, measured in one run on this machine.
     .venv/bin/python benchmarks/bench_router.py                # SmolLM2, 8 groups x 8 prompts
     .venv/bin/python benchmarks/bench_router.py --model DIR --groups 8 --prompts-per-group 8
 
-Starts two ``radixserve serve`` replicas and one ``radixserve router`` per policy on loopback
-ports; every mode starts from flushed caches and sends the same requests (group-major
-prompts, shuffled with a fixed seed) at ``--concurrency``.  Hit rate = cached prompt tokens
+First one ``radixserve serve`` with every core; then two replicas with half the cores each
+(as ``serve --dp-size 2`` starts them) behind one ``radixserve router`` per policy, all on
+loopback ports.  Every mode starts from flushed caches and sends the same requests
+(group-major prompts, shuffled with a fixed seed) at ``--concurrency``.  Hit rate = cached prompt tokens
 / prompt tokens, from each answer's ``meta_info``.
 """
 from __future__ import annotations
@@ -35,11 +36,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], log: str) -> tuple[subprocess.Popen, str]:
+def start(cmd: list[str], log: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     f = open(log, "w")
     proc = subprocess.Popen([sys.executable, "-m", "radixserve.cli", *cmd, "--port", str(port)], stdout=f,
-                            stderr=subprocess.STDOUT, env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+                            stderr=subprocess.STDOUT, env=dict(os.environ, TOKENIZERS_PARALLELISM="false", **(env or {})))
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -76,62 +77,78 @@ async def run(url: str, prompts: list[list[int]], out_len: int, concurrency: int
     return {"hit_rate": cached / prompt, "seconds": dt, "output_tok_s": out / dt, "requests": len(done)}
 
 
+def stop(procs: list[subprocess.Popen]) -> None:
+    for pr in procs:
+        pr.terminate()
+    for pr in procs:
+        try:
+            pr.wait(30)
+        except subprocess.TimeoutExpired:
+            pr.kill()
+
+
+def measure(name: str, url: str, replica_urls: list[str], prompts: list[list[int]], warm: list[list[int]],
+            args: argparse.Namespace) -> dict:
+    for u in replica_urls:  # warm the path, then start from empty caches
+        httpx.post(u + "/flush_cache", timeout=60).raise_for_status()
+    asyncio.run(run(url, warm, 4, 2))
+    for u in replica_urls:
+        httpx.post(u + "/flush_cache", timeout=60).raise_for_status()
+    r = asyncio.run(run(url, prompts, args.output_len, args.concurrency))
+    print(f"{name:22s} hit rate {r['hit_rate'] * 100:5.1f}%  {r['seconds']:6.1f} s  "
+          f"{r['output_tok_s']:7.1f} output tok/s", flush=True)
+    return r
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--max-total-tokens", type=int, default=32768, help="KV pool of each server")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the results as JSON here")
     add_shared_prefix_args(p)
     p.set_defaults(groups=8, prompts_per_group=8, output_len=32)
     args = p.parse_args()
-    model = ["--model", args.model] if args.model else []
-    procs = []
+    serve = ["serve", "--log-level", "warning", "--max-total-tokens", str(args.max_total_tokens)]
+    serve += ["--model", args.model] if args.model else []
+    cores = os.cpu_count() or 1
+    results: dict[str, dict] = {}
+    procs: list[subprocess.Popen] = []
     try:
-        replicas = [start(["serve", *model, "--log-level", "warning"], f"/tmp/bench_router_replica{i}.log")
-                    for i in range(2)]
-        procs += [pr for pr, _ in replicas]
-        for pr, url in replicas:
-            wait_healthy(url, pr)
-        urls = [u for _, u in replicas]
-        vocab = httpx.get(urls[0] + "/get_server_info", timeout=10).json()["worker"]["vocab_size"]
+        # one replica with every core
+        pr, url = start(serve, "/tmp/bench_router_single.log")
+        procs = [pr]
+        wait_healthy(url, pr)
+        vocab = httpx.get(url + "/get_server_info", timeout=10).json()["worker"]["vocab_size"]
         prompts = shared_prefix_prompts(args.groups, args.prompts_per_group, args.system_len, args.question_len,
                                         vocab, args.seed)
         random.Random(args.seed).shuffle(prompts)
-        routers = {}
+        warm = shared_prefix_prompts(1, 2, 64, 8, vocab, args.seed + 1)
+        results["one replica"] = measure("one replica", url, [url], prompts, warm, args)
+        stop(procs)
+        # two replicas sharing the cores (as serve --dp-size 2 starts them), one router per policy
+        env = {"OMP_NUM_THREADS": str(max(1, cores // 2))}
+        replicas = [start(serve, f"/tmp/bench_router_replica{i}.log", env) for i in range(2)]
+        procs = [pr for pr, _ in replicas]
+        for pr, u in replicas:
+            wait_healthy(u, pr)
+        urls = [u for _, u in replicas]
         for policy in ("cache_aware", "round_robin"):
             pr, url = start(["router", "--worker-urls", *urls, "--policy", policy, "--log-level", "warning"],
                             f"/tmp/bench_router_{policy}.log")
             procs.append(pr)
             wait_healthy(url, pr)
-            routers[policy] = url
-        results = {}
-        warm = shared_prefix_prompts(1, 2, 64, 8, vocab, args.seed + 1)
-        for name, url in [("one replica", urls[0]), ("router cache_aware", routers["cache_aware"]),
-                          ("router round_robin", routers["round_robin"])]:
-            for u in urls:
-                httpx.post(u + "/flush_cache", timeout=60).raise_for_status()
-            asyncio.run(run(url, warm, 4, 2))  # warm both paths, then a clean cache
-            for u in urls:
-                httpx.post(u + "/flush_cache", timeout=60).raise_for_status()
-            results[name] = asyncio.run(run(url, prompts, args.output_len, args.concurrency))
-            r = results[name]
-            print(f"{name:20s} hit rate {r['hit_rate'] * 100:5.1f}%  {r['seconds']:6.1f} s  "
-                  f"{r['output_tok_s']:7.1f} output tok/s", flush=True)
-        base = results["one replica"]["hit_rate"]
-        print(f"cache_aware - one replica: {(results['router cache_aware']['hit_rate'] - base) * 100:+.1f} points; "
-              f"round_robin - one replica: {(results['router round_robin']['hit_rate'] - base) * 100:+.1f} points")
+            results[f"2 replicas, {policy}"] = measure(f"2 replicas, {policy}", url, urls, prompts, warm, args)
+        base = results["one replica"]
+        for name, r in results.items():
+            print(f"{name:22s} hit rate {(r['hit_rate'] - base['hit_rate']) * 100:+5.1f} points, "
+                  f"throughput x{r['output_tok_s'] / base['output_tok_s']:.2f} vs one replica")
         if args.out:
             with open(args.out, "w") as f:
-                json.dump({"args": vars(args), "results": results}, f, indent=1)
+                json.dump({"args": vars(args), "cores": cores, "results": results}, f, indent=1)
     finally:
-        for pr in procs:
-            pr.terminate()
-        for pr in procs:
-            try:
-                pr.wait(20)
-            except subprocess.TimeoutExpired:
-                pr.kill()
+        stop(procs)
 
 
 if __name__ == "__main__":

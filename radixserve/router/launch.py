@@ -1,8 +1,9 @@
 """Run the router (``radixserve router``) and data-parallel serving (``serve --dp-size N``).
 
 ``serve_dp`` starts N replica servers (``radixserve serve`` with the same flags, each on a
-free loopback port), waits until every one is healthy, then runs the router on the public
-host and port in this process.  A replica that exits is restarted (with a growing pause);
+free loopback port, each with cores / N threads unless OMP_NUM_THREADS is set), waits
+until every one is healthy, then runs the router on the public host and port in this
+process.  A replica that exits is restarted (with a growing pause);
 the router's health checks take it out of rotation meanwhile and back when it is up.  On
 SIGINT/SIGTERM the router stops, then the replicas (SIGTERM, then SIGKILL after 15 s).
 """
@@ -57,17 +58,20 @@ def free_port() -> int:
 class ReplicaProcess:
     """One ``radixserve serve`` child on a loopback port, restarted when it exits."""
 
-    def __init__(self, argv: list[str], index: int) -> None:
+    def __init__(self, argv: list[str], index: int, threads: Optional[int] = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [sys.executable, "-m", "radixserve.cli", "serve", *argv, "--host", "127.0.0.1",
                     "--port", str(self.port), "--dp-size", "1"]
         self.index = index
+        self.env = dict(os.environ)
+        if threads is not None and "OMP_NUM_THREADS" not in os.environ:
+            self.env["OMP_NUM_THREADS"] = str(threads)  # the replicas share this machine's cores
         self.proc: Optional[subprocess.Popen] = None
         self.restarts = 0
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(self.cmd, env=self.env, preexec_fn=_die_with_parent)
         logger.info("replica %d (pid %d) starting on %s", self.index, self.proc.pid, self.url)
 
     def healthy(self) -> bool:
@@ -103,7 +107,8 @@ def serve_dp(argv: list[str], server_cfg: ServerConfig, startup_timeout: float =
     """Run ``server_cfg.dp_size`` replicas behind the cache-aware router on ``server_cfg``'s port."""
     configure_logging(server_cfg.log_level, "router")
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    replicas = [ReplicaProcess(argv, i) for i in range(server_cfg.dp_size)]
+    threads = max(1, (os.cpu_count() or 1) // server_cfg.dp_size)
+    replicas = [ReplicaProcess(argv, i, threads) for i in range(server_cfg.dp_size)]
     stopping = threading.Event()
     try:
         for r in replicas:
