@@ -154,3 +154,31 @@ def test_router_cli_rejects_bad_urls():
     out = subprocess.run([sys.executable, "-m", "radixserve.cli", "router", "--worker-urls", "ftp://nope",
                           "--port", str(port)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "worker-urls" in out.stderr
+
+
+def test_sglang_client_and_frontend_lang_through_the_router(dp):
+    """SGLang's own client and frontend_lang run a program with gen, select and fork."""
+    from sglang_programs import import_sglang
+
+    import frontend_lang
+
+    sgl = import_sglang()
+
+    def program(lib):
+        @lib.function
+        def prog(s, topic):
+            s += "Topic: " + topic + "\n"
+            s += "One word: " + lib.gen("word", max_tokens=4, temperature=0)
+            s += "\nVerdict: " + lib.select("verdict", choices=["good", "bad"])
+            forks = s.fork(2)
+            for i, f in enumerate(forks):
+                f += f"\nIdea {i}: " + lib.gen("idea", max_tokens=4, temperature=0)
+            s["ideas"] = [f["idea"] for f in forks]
+        return prog
+
+    answers = []
+    for lib, backend in ((sgl, sgl.RuntimeEndpoint(dp.url)), (frontend_lang, frontend_lang.RuntimeEndpoint(dp.url))):
+        st = program(lib).run(topic="caches", backend=backend)
+        assert st["verdict"] in ("good", "bad") and isinstance(st["word"], str) and len(st["ideas"]) == 2
+        answers.append((st["word"], st["verdict"]))
+    assert answers[0] == answers[1]  # greedy: the same answers through either client
