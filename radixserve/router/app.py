@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Callable, Optional
 
 import httpx
 from fastapi import FastAPI, Query, Request
@@ -122,23 +122,22 @@ def create_router_app(router: Router) -> FastAPI:
 
     @app.post("/add_worker")
     async def add_worker(request: Request, url: str = Query(..., max_length=2048)) -> Response:
-        if not _is_admin(router, request):
-            return error_response(401, "authorization: /add_worker needs the router's API key")
-        try:
-            r = router.replicas.add(url)
-        except ValueError as e:
-            return error_response(400, str(e))
-        return JSONResponse({"added": r.url})
+        return _admin_op(request, "/add_worker", lambda: {"added": router.replicas.add(url).url})
 
     @app.post("/remove_worker")
     async def remove_worker(request: Request, url: str = Query(..., max_length=2048)) -> Response:
+        return _admin_op(request, "/remove_worker",
+                         lambda: {"removed": url} if router.replicas.remove(url) else None, url)
+
+    def _admin_op(request: Request, route: str, op: Callable[[], Optional[dict]], url: str = "") -> Response:
+        """Run ``op`` for an admin key; a ValueError is a 400, a None result a 404."""
         if not _is_admin(router, request):
-            return error_response(401, "authorization: /remove_worker needs the router's API key")
+            return error_response(401, f"authorization: {route} needs the router's API key")
         try:
-            removed = router.replicas.remove(url)
+            out = op()
         except ValueError as e:
             return error_response(400, str(e))
-        return JSONResponse({"removed": url}) if removed else error_response(404, f"url: no replica {url!r}")
+        return JSONResponse(out) if out is not None else error_response(404, f"url: no replica {url!r}")
 
     @app.get("/metrics")
     async def metrics() -> Response:
