@@ -270,6 +270,7 @@ LAYERS: list[set[str]] = [
     {"radixserve.engine_driver"},
     {"radixserve.engine"},
     {"radixserve.server"},
+    {"radixserve.router"},
     {"radixserve.cli"},
     {"radixserve"},  # the package's __init__ (exports Engine)
     {"frontend_lang"},
