@@ -144,7 +144,9 @@ class ServerConfig:
     ``api_keys_file``: a TOML file of named keys with token budgets, request rates, allowed
     routes and cache namespaces (``server/keys.py``; reloaded on SIGHUP); exclusive with
     ``api_key``.  ``usage_db``: the SQLite file where every request's tokens are recorded
-    per key and period (``server/usage_db.py``); without it usage is kept in memory only."""
+    per key and period (``server/usage_db.py``); without it usage is kept in memory only.
+    ``cache_inspector_text``: ``GET /cache/tree`` and ``/dashboard`` show a decoded text preview
+    of each cached prefix (off by default: prompts are private; salted namespaces never show)."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -152,6 +154,7 @@ class ServerConfig:
     api_keys_file: Optional[str] = None
     usage_db: Optional[str] = None
     log_level: str = "info"
+    cache_inspector_text: bool = False
 
 
 @dataclass(frozen=True)
