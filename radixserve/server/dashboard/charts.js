@@ -11,6 +11,8 @@ class TimeChart {
     this.yMax = opts.yMax ?? null;
     this.format = opts.format || ((v) => String(Math.round(v)));
     this.windowS = opts.windowS || 300;
+    this.minSpanS = opts.minSpanS || 60;  // the x axis spans the history so far, at least this much
+    this.minTop = opts.minTop || 1;
     this.points = [];  // [timeMs, values[]]
     window.addEventListener("resize", () => this.draw());
   }
@@ -31,7 +33,7 @@ class TimeChart {
   _niceMax(v) {
     if (v <= 0) return 1;
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    for (const m of [1, 2, 4, 8, 10]) if (m * p >= v) return m * p;  // quarters stay round
     return 10 * p;
   }
 
@@ -45,13 +47,15 @@ class TimeChart {
     g.clearRect(0, 0, w, h);
     const L = 52, R = 10, T = 24, B = 20, pw = w - L - R, ph = h - T - B;
     const now = this.points.length ? this.points[this.points.length - 1][0] : Date.now();
-    const t0 = now - this.windowS * 1000;
+    const first = this.points.length ? this.points[0][0] : now;
+    const spanS = Math.min(this.windowS, Math.max(this.minSpanS, (now - first) / 1000));
+    const t0 = now - spanS * 1000;
     const rows = this.points.map(([t, v]) => [t, this._stackedValues(v)]);
     let top = this.yMax;
     if (top === null) {
       let m = 0;
       for (const [, v] of rows) for (const x of v) if (x !== null && x > m) m = x;
-      top = this._niceMax(m);
+      top = this._niceMax(Math.max(m, this.minTop));
     }
     const X = (t) => L + ((t - t0) / (now - t0 || 1)) * pw;
     const Y = (v) => T + ph - (Math.min(v, top) / top) * ph;
@@ -64,10 +68,11 @@ class TimeChart {
       g.fillText(this.format(v), L - 6, y);
     }
     g.textAlign = "center"; g.textBaseline = "top";
-    const step = this.windowS / 5;
-    for (let s = 0; s <= this.windowS; s += step) {
+    const step = [10, 15, 30, 60, 120].find((st) => spanS / st <= 6) || 60;
+    for (let s = 0; s <= spanS + 0.001; s += step) {
       const x = X(now - s * 1000);
-      g.fillText(s === 0 ? "now" : `−${s >= 60 ? (s / 60) + " min" : s + " s"}`, Math.min(Math.max(x, L + 12), L + pw - 12), T + ph + 5);
+      const label = s === 0 ? "now" : `−${s % 60 === 0 ? s / 60 + " min" : s + " s"}`;
+      g.fillText(label, Math.min(Math.max(x, L + 12), L + pw - 12), T + ph + 5);
     }
     for (let k = this.series.length - 1; k >= 0; k--) this._drawSeries(g, rows, k, X, Y);
     this._legend(g, L);

@@ -49,11 +49,11 @@
   // ---------------------------------------------------------------- stats
   const charts = {
     hit: new TimeChart($("chart-hit"), { yMax: 100, format: (v) => `${Math.round(v)}%`, series: [
-      { name: "last 5 s", color: "#94a3b8" }, { name: "last 1 min", color: "#2563eb" },
+      { name: "5 s", color: "#94a3b8" }, { name: "1 min", color: "#2563eb" },
       { name: "since start", color: "#16a34a" }] }),
     kv: new TimeChart($("chart-kv"), { stacked: true, format: (v) => fmtInt(Math.round(v)), series: [
       { name: "requests", color: "#f59e0b" }, { name: "cache", color: "#2563eb" }] }),
-    req: new TimeChart($("chart-req"), { format: (v) => String(Math.round(v)), series: [
+    req: new TimeChart($("chart-req"), { minTop: 4, format: (v) => String(Math.round(v)), series: [
       { name: "running", color: "#16a34a" }, { name: "queued", color: "#d97706" }] }),
   };
   const history5s = [];  // [timeMs, cached_tokens, prompt_tokens] since start, for the short window
@@ -91,7 +91,7 @@
     charts.kv.yMax = kv.num_slots;
     charts.kv.push(now, [kv.held_slots, kv.cached_slots]);
     charts.req.push(now, [s.requests.running, s.requests.waiting]);
-    setStatus(true, `live · ${s.cache === "none" ? "radix cache disabled · " : ""}updated ${new Date(now).toLocaleTimeString()}`);
+    setStatus(true, `live · ${s.cache === "none" ? "radix cache disabled · " : ""}updated ${new Date(now).toLocaleTimeString([], { hour12: false })}`);
   }
 
   async function pollStats() {

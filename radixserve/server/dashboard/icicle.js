@@ -19,7 +19,8 @@ function fmtAge(s) {
 function nodeLabel(n) {
   if (n.depth === 0) return `root · ${fmtInt(n.subtree_tokens)} tokens`;
   if (typeof n.text === "string") return n.text.replace(/\s+/g, " ").trim() || "(whitespace)";
-  return `${fmtInt(n.tokens)} tok`;
+  const below = n.subtree_tokens - n.tokens;
+  return `${fmtInt(n.tokens)} tok` + (below > 0 ? ` · ${fmtInt(below)} below` : "");
 }
 
 function heat(t, salted) {
