@@ -16,9 +16,16 @@ function fmtAge(s) {
   return `${(s / 3600).toFixed(1)} h ago`;
 }
 
+function visibleText(s) {
+  // one line: newlines and tabs as symbols, runs of spaces shortened; blank text as ␣
+  const t = s.replace(/\r?\n/g, "⏎").replace(/\t/g, "⇥").replace(/ {2,}/g, " ");
+  if (!t) return "(empty)";
+  return t.trim() ? t.trimStart() : t.replace(/ /g, "␣");
+}
+
 function nodeLabel(n) {
   if (n.depth === 0) return `root · ${fmtInt(n.subtree_tokens)} tokens`;
-  if (typeof n.text === "string") return n.text.replace(/\s+/g, " ").trim() || "(whitespace)";
+  if (typeof n.text === "string") return visibleText(n.text);
   const below = n.subtree_tokens - n.tokens;
   return `${fmtInt(n.tokens)} tok` + (below > 0 ? ` · ${fmtInt(below)} below` : "");
 }

@@ -56,7 +56,7 @@ function renderTreeView(container, tree, state) {
 
   function isOpen(n, key) {
     if (key in state.expanded) return state.expanded[key];
-    return n.depth < 2;
+    return n.depth < 3;
   }
 
   addRow(tree.root, "root");
