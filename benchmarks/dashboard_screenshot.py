@@ -166,13 +166,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=75.0)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-requests", type=int, default=400)
+    ap.add_argument("--max-tokens", type=int, default=24)
     args = ap.parse_args()
     driver = chromium_driver()
     try:
         driver.get(args.url + "/dashboard" + (f"#key={args.key}" if args.key else ""))
         t0, totals = time.time(), {}
         loader = threading.Thread(target=lambda: totals.update(
-            send_load(args.url, args.key, args.seconds, args.concurrency, args.max_requests)))
+            send_load(args.url, args.key, args.seconds, args.concurrency, args.max_requests, args.max_tokens)))
         loader.start()
         time.sleep(max(0.0, args.seconds - 6))  # the picture is taken under load: running requests, locks
         print("page:", wait_rendered(driver))
