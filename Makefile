@@ -5,7 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-fast bench clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install serve test test-fast bench clean browser
 
 $(STAMP): pyproject.toml tests/requirements-sglang.txt
 	$(PY) -m venv $(VENV)
@@ -18,15 +20,20 @@ $(STAMP): pyproject.toml tests/requirements-sglang.txt
 	$(BIN)/pip install -q --no-deps sglang==0.5.10.post1
 	touch $(STAMP)
 
-install: $(STAMP)
+# headless Chromium + its driver (Debian packages) for the dashboard's browser test
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
+
+install: $(STAMP) browser
 
 serve: $(STAMP)
 	$(BIN)/radixserve serve --port 30000
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q tests
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) browser
 	$(BIN)/python -m pytest -q tests -m "not slow"
 
 bench: $(STAMP)

@@ -145,7 +145,9 @@ class ServerConfig:
     routes and cache namespaces (``server/keys.py``; reloaded on SIGHUP); exclusive with
     ``api_key``.  ``usage_db``: the SQLite file where every request's tokens are recorded
     per key and period (``server/usage_db.py``); without it usage is kept in memory only.
-    ``dp_size`` > 1: that many replicas behind the cache-aware router (``router/launch.py``)."""
+    ``dp_size`` > 1: that many replicas behind the cache-aware router (``router/launch.py``).
+    ``cache_inspector_text``: ``GET /cache/tree`` and ``/dashboard`` show a decoded text preview
+    of each cached prefix (off by default: prompts are private; salted namespaces never show)."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -154,6 +156,7 @@ class ServerConfig:
     usage_db: Optional[str] = None
     log_level: str = "info"
     dp_size: int = 1
+    cache_inspector_text: bool = False
 
 
 RoutingPolicy = Literal["cache_aware", "round_robin", "least_load"]

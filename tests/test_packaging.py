@@ -33,7 +33,8 @@ def test_a_bare_kernels_import_never_gets_ours():
 
 
 def test_wheel_ships_the_cpu_kernel_source(tmp_path):
-    """The C++ source is compiled on the user's machine, so the wheel must carry it."""
+    """The C++ source is compiled on the user's machine, so the wheel must carry it (and the
+    dashboard's static files, which the server reads from the package)."""
     import subprocess
     import sys
     import zipfile
@@ -52,3 +53,6 @@ def test_wheel_ships_the_cpu_kernel_source(tmp_path):
     for init in [*root.glob("radixserve/**/__init__.py"), *root.glob("frontend_lang/**/__init__.py")]:
         rel = init.relative_to(root).as_posix()
         assert rel in names, f"{rel} is not in the wheel: add its package to pyproject.toml"
+    # the cache inspector's page is package data too (served from the installed package)
+    assert {f"radixserve/server/dashboard/{f}" for f in ("dashboard.html", "dashboard.css", "dashboard.js",
+                                                          "charts.js", "icicle.js", "tree_view.js")} <= set(names)

@@ -39,10 +39,13 @@ class AbortReq:
 
 @dataclass
 class ControlReq:
-    """``kind``: "flush_cache" or "stats"; answered by a ControlReply with the same id."""
+    """``kind``: "flush_cache", "stats", "stats+check", or the inspector's "cache_tree"
+    (``args``: max_depth, max_nodes, with_tokens) and "cache_stats"; answered by a ControlReply
+    with the same id (its payload ``{"error": ...}`` for an unknown kind or bad ``args``)."""
 
     req_id: str
     kind: str
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -36,6 +36,7 @@ def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
         assert all(node.lock_ref >= c.lock_ref for c in node.children.values()), "child locked more than parent"
         assert all(c.salt == node.salt for c in node.children.values()), "a node's children in another namespace"
     assert (evictable, protected) == (cache.evictable_size, cache.protected_size), "tree size accounting"
+    assert len(cache.all_nodes()) == cache.num_nodes, "tree node count accounting"
     for i, (slots, node) in enumerate(held):
         claim(slots, f"request {i}")
         while node is not None and node is not cache.root:

@@ -20,6 +20,8 @@ _EMPTY = torch.empty(0, dtype=torch.int64)
 class NoPrefixCache(PrefixCache):
     """The ``PrefixCache`` contract with an always-empty tree."""
 
+    kind = "none"
+
     def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]:
         return _EMPTY, self.root
 

@@ -12,6 +12,7 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
+from radixserve.mem_cache.cache_stats import CacheStats
 from radixserve.mem_cache.tree_node import TreeNode
 
 
@@ -43,8 +44,12 @@ class PrefixCache(ABC):
     Every method that takes a key also takes ``salt`` (None: the shared namespace): keys
     under different salts never match each other's tokens (cache isolation between tenants).
     Accounting: ``evictable_size``/``protected_size`` (unlocked/locked cached tokens),
-    ``record_hit`` (admissions), ``evicted_tokens``; ``stats()`` reports them.
+    ``num_nodes``, ``record_hit`` (admissions; also each matched node's ``hit_count``),
+    ``evicted_tokens``; ``stats()`` reports them, and ``counters`` (``CacheStats``) keeps
+    them over time windows for the inspector.  ``kind``: "radix" or "none".
     """
+
+    kind = "radix"
 
     def __init__(self, free_fn: Callable[[torch.Tensor], None]) -> None:
         self.free_fn = free_fn
@@ -58,13 +63,21 @@ class PrefixCache(ABC):
         self.hit_tokens = 0
         self.query_tokens = 0
         self.evicted_tokens = 0
+        self.num_nodes = 0  # every node but the root
+        self.counters = CacheStats()
 
     def total_size(self) -> int:
         return self.evictable_size + self.protected_size
 
-    def record_hit(self, matched: int, total: int) -> None:
+    def record_hit(self, matched: int, total: int, node: Optional[TreeNode] = None) -> None:
+        """A first admission matched ``matched`` of its ``total`` prompt tokens, ending at
+        ``node``: counts the hit on every node of that path (not the root)."""
         self.hit_tokens += matched
         self.query_tokens += total
+        self.counters.record_hit(matched, total)
+        while node is not None and node is not self.root:
+            node.hit_count += 1
+            node = node.parent
 
     def stats(self) -> dict[str, float]:
         return {

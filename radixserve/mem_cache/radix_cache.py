@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import heapq
+import time
 from typing import Optional
 
 import torch
@@ -37,7 +38,7 @@ class RadixCache(PrefixCache):
         if not key:
             return _EMPTY, self.root
         node, values, pos = self.root, [], 0
-        stamp = next(clock)
+        stamp, now = next(clock), time.monotonic()
         while pos < len(key):
             child = node.children.get(child_key(salt, key[pos]))
             if child is None:
@@ -45,7 +46,7 @@ class RadixCache(PrefixCache):
             n = _common_len(child.key, key[pos:pos + len(child.key)])
             if n < len(child.key):
                 child = self._split(child, n)
-            child.last_access = stamp
+            child.last_access, child.access_time = stamp, now
             values.append(child.value)
             pos += n
             node = child
@@ -56,7 +57,9 @@ class RadixCache(PrefixCache):
         """Cut ``child``'s edge after ``n`` tokens; returns the new upper node."""
         upper = TreeNode(child.key[:n], child.value[:n], child.parent, child.salt)
         upper.lock_ref = child.lock_ref
-        upper.last_access = child.last_access
+        upper.last_access, upper.access_time = child.last_access, child.access_time
+        upper.hit_count = child.hit_count  # every hit through the lower part ran through the upper
+        self.num_nodes += 1
         upper.children[child_key(child.salt, child.key[n])] = child
         child.parent.children[child.index_key] = upper
         child.parent = upper
@@ -67,19 +70,20 @@ class RadixCache(PrefixCache):
     # ---------------------------------------------------------------- insert
     def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
         node, pos = self.root, 0
-        stamp = next(clock)
+        stamp, now = next(clock), time.monotonic()
         while pos < len(key):
             child = node.children.get(child_key(salt, key[pos]))
             if child is None:
                 new = TreeNode(list(key[pos:]), value[pos:].clone(), node, salt)
-                new.last_access = stamp
+                new.last_access, new.access_time = stamp, now
                 node.children[new.index_key] = new
                 self.evictable_size += len(new.key)
+                self.num_nodes += 1
                 return pos
             n = _common_len(child.key, key[pos:pos + len(child.key)])
             if n < len(child.key):
                 child = self._split(child, n)
-            child.last_access = stamp
+            child.last_access, child.access_time = stamp, now
             pos += n
             node = child
         return pos
@@ -140,17 +144,20 @@ class RadixCache(PrefixCache):
             return 0
         heap = [(n.last_access, id(n), n) for n in self._leaves() if n.lock_ref == 0]
         heapq.heapify(heap)
-        freed = 0
+        freed = nodes = 0
         while freed < num_tokens and heap:
             _, _, node = heapq.heappop(heap)
             self.free_fn(node.value)
             freed += len(node.key)
+            nodes += 1
             self.evictable_size -= len(node.key)
             parent = node.parent
             del parent.children[node.index_key]
             if parent is not self.root and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
         self.evicted_tokens += freed
+        self.num_nodes -= nodes
+        self.counters.record_eviction(nodes, freed)
         return freed
 
     # ---------------------------------------------------------------- introspection

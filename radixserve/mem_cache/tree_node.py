@@ -8,6 +8,7 @@ under another, and the namespaces share only the root (which holds no KV slot).
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Hashable, Optional
 
 import torch
@@ -21,7 +22,12 @@ def child_key(salt: Optional[str], token: int) -> Hashable:
 
 
 class TreeNode:
-    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access", "salt")
+    """``hit_count``: admissions whose cached prefix ran through this node (the inspector's
+    per-node hits); ``access_time``: ``time.monotonic()`` of the last match or insert through it
+    (``last_access`` is the logical LRU stamp eviction orders by)."""
+
+    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access", "salt", "hit_count",
+                 "access_time")
 
     def __init__(self, key: list[int], value: torch.Tensor, parent: Optional["TreeNode"],
                  salt: Optional[str] = None) -> None:
@@ -32,6 +38,8 @@ class TreeNode:
         self.lock_ref = 0
         self.last_access = next(clock)
         self.salt = salt  # the cache namespace (None: the shared one)
+        self.hit_count = 0
+        self.access_time = time.monotonic()
 
     @property
     def index_key(self) -> Hashable:

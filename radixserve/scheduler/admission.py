@@ -55,7 +55,7 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
         if not req.admitted_once:
             req.admitted_once = True
             req.cached_tokens = match.length
-            kv.record_hit(match.length, len(req.input_ids))
+            kv.record_hit(match.length, len(req.input_ids), match.node)
         if req.return_logprob and req.logprob_start_len == 0 and not req.input_logprobs:
             req.input_logprobs.append(None)  # the first token has none (again after a mid-prompt retraction)
         waiting.remove(req)

@@ -27,6 +27,7 @@ from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
 from radixserve.mem_cache.prefix_cache import PrefixCache
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
+from radixserve.mem_cache.tree_inspect import tree_snapshot
 from radixserve.mem_cache.tree_node import TreeNode
 from radixserve.scheduler.req import Req
 
@@ -95,9 +96,10 @@ class KVManager:
     def unlock(self, match: PrefixMatch) -> None:
         self._cache.dec_lock_ref(match.node)
 
-    def record_hit(self, matched: int, total: int) -> None:
-        """Count a first admission in the cache's hit rate."""
-        self._cache.record_hit(matched, total)
+    def record_hit(self, matched: int, total: int, node: Optional[TreeNode] = None) -> None:
+        """Count a first admission in the cache's hit rate (and, with the ``node`` where its
+        match ended, in the hit count of every node on that path)."""
+        self._cache.record_hit(matched, total, node)
 
     def admit(self, req: Req, match: PrefixMatch, n: int) -> bool:
         """Give ``req`` a row holding the locked ``match`` followed by ``n`` new slots for its
@@ -212,6 +214,21 @@ class KVManager:
     def stats(self) -> dict[str, Any]:
         s: dict[str, Any] = dict(self._cache.stats())
         s.update(free_slots=self._allocator.available_size(), num_slots=self.capacity)
+        return s
+
+    def cache_tree(self, max_depth: int, max_nodes: int, with_tokens: bool) -> dict[str, Any]:
+        """The inspector's bounded, read-only snapshot of the tree (``mem_cache/tree_inspect.py``)."""
+        return tree_snapshot(self._cache, max_depth, max_nodes, with_tokens)
+
+    def cache_stats(self) -> dict[str, Any]:
+        """The inspector's counters: hit rate and evictions over time windows, tree and KV sizes."""
+        c, free = self._cache, self._allocator.available_size()
+        s: dict[str, Any] = {"cache": c.kind, **c.counters.snapshot()}
+        s["tree"] = {"tokens": c.total_size(), "nodes": c.num_nodes, "evictable_tokens": c.evictable_size,
+                     "protected_tokens": c.protected_size}
+        s["kv"] = {"num_slots": self.capacity, "free_slots": free, "cached_slots": c.total_size(),
+                   "held_slots": self.capacity - free - c.total_size(),
+                   "used_fraction": (self.capacity - free) / max(1, self.capacity)}
         return s
 
     def flush(self) -> bool:

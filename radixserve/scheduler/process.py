@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import zmq
@@ -59,7 +59,12 @@ class SchedulerLoop:
         elif isinstance(msg, AbortReq):
             self.sched.abort(msg.rid, msg.message)
         elif isinstance(msg, ControlReq):
-            send_obj(self.to_detok, ControlReply(msg.req_id, self.control(msg.kind)))
+            try:
+                payload = self.control(msg.kind, msg.args)
+            except Exception as e:  # a reply always goes back: the server never waits out its timeout
+                logger.error("control %r failed:\n%s", msg.kind, traceback.format_exc())
+                payload = {"error": f"control {msg.kind}: {type(e).__name__}: {e}"}
+            send_obj(self.to_detok, ControlReply(msg.req_id, payload))
         else:
             logger.warning("ignoring unknown message %r", type(msg).__name__)
 
@@ -76,9 +81,17 @@ class SchedulerLoop:
             logger.error("add_request failed:\n%s", traceback.format_exc())
             send_obj(self.to_detok, ReqError(msg.rid, 500, f"internal error: {type(e).__name__}: {e}"))
 
-    def control(self, kind: str) -> Any:
+    def control(self, kind: str, args: Optional[dict[str, Any]] = None) -> Any:
+        args = args or {}
         if kind == "flush_cache":
             return self.sched.flush_cache()
+        if kind == "cache_tree":
+            return self.sched.kv.cache_tree(int(args.get("max_depth", 8)), int(args.get("max_nodes", 200)),
+                                            bool(args.get("with_tokens", False)))
+        if kind == "cache_stats":
+            s = self.sched.kv.cache_stats()
+            s["requests"] = {"running": len(self.sched.running), "waiting": len(self.sched.waiting)}
+            return s
         if kind in ("stats", "stats+check"):
             s = self.sched.stats()
             s["held_slots"] = s["num_slots"] - s["free_slots"] - s["cache_size"]  # held by running requests

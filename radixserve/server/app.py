@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from radixserve.config import EngineConfig, ServerConfig
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
+from radixserve.server.cache_inspector import DASHBOARD_PATHS, inspector_router
 from radixserve.server.key_auth import KeyAuthMiddleware
 from radixserve.server.keys import KeyStore
 from radixserve.server.openai_api import openai_router
@@ -89,14 +90,16 @@ def create_app(ctx: ServerContext) -> FastAPI:
     tm = ctx.tm
     app = FastAPI(title="radixserve")
     install_error_handlers(app)
+    open_paths = ("/health", *DASHBOARD_PATHS)  # the inspector page is static; its data needs a key
     if ctx.keys is not None:
-        app.add_middleware(KeyAuthMiddleware, store=ctx.keys)
+        app.add_middleware(KeyAuthMiddleware, store=ctx.keys, open_paths=open_paths)
     elif ctx.server_cfg.api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=ctx.server_cfg.api_key)
+        app.add_middleware(APIKeyMiddleware, api_key=ctx.server_cfg.api_key, open_paths=open_paths)
     app.include_router(openai_router(ctx))
     app.include_router(embeddings_router(ctx))
     app.include_router(usage_router(ctx))
     app.include_router(chat_router(ctx))
+    app.include_router(inspector_router(ctx))
 
     @app.post("/generate")
     async def generate(request: Request):

@@ -160,11 +160,12 @@ class TokenizerManager:
             self.abort(r)
         return len(hits)
 
-    async def control(self, kind: str, timeout: float = 30.0) -> Any:
+    async def control(self, kind: str, timeout: float = 30.0, args: Optional[dict[str, Any]] = None) -> Any:
+        """The scheduler's reply to control request ``kind`` (``ControlReq``)."""
         req_id = uuid.uuid4().hex
         fut = asyncio.get_running_loop().create_future()
         self.waiters[req_id] = fut
-        send_obj(self.to_sched, ControlReq(req_id, kind))
+        send_obj(self.to_sched, ControlReq(req_id, kind, dict(args or {})))
         try:
             return await asyncio.wait_for(fut, timeout)
         finally:
