@@ -49,6 +49,9 @@ class ChildDied(RuntimeError):
     pass
 
 
+PERSIST_GRACE_S = 120.0  # at most this long for the scheduler's final save of the prefix cache
+
+
 class Launcher:
     ORDER = ("scheduler", "worker", "detokenizer")  # shutdown order
 
@@ -98,14 +101,16 @@ class Launcher:
         return None
 
     def shutdown(self) -> None:
-        """Stop the children in order (SIGTERM, then SIGKILL after 3 s); idempotent."""
+        """Stop the children in order (SIGTERM, then SIGKILL after 3 s, or after
+        ``PERSIST_GRACE_S`` for the scheduler when it persists the prefix cache on SIGTERM: the
+        worker, which writes the file, is stopped only after that); idempotent."""
         with self._lock:
             for name in self.ORDER:
                 p = self.procs.get(name)
                 if p is None or p.exitcode is not None:
                     continue
                 p.terminate()
-                p.join(3)
+                p.join(PERSIST_GRACE_S if name == "scheduler" and self.cfg.cache.cache_persist_dir else 3)
                 if p.exitcode is None:
                     p.kill()
                     p.join(1)
