@@ -187,3 +187,25 @@ def test_engine_warm_restart(tiny_dir, tmp_path):
     finally:
         small._persister = None  # keep the full file: this engine must not overwrite it
         small.shutdown()
+
+
+def test_worker_death_with_persistence(tiny_dir, tmp_path, good_file):
+    """A dead worker cannot save: the server still goes down at once (no grace period spent
+    waiting for a save that cannot happen) and the previous file stays intact."""
+    import signal
+
+    from server_harness import pid_alive
+
+    folder = tmp_path / "kv"
+    folder.mkdir()
+    (folder / FILE_NAME).write_bytes(good_file[0])
+    srv = _serve(tiny_dir, str(folder), "--cache-persist-interval", "0")
+    try:
+        pids = srv.info()["pids"]
+        os.kill(pids["worker"], signal.SIGKILL)
+        assert srv.proc.wait(timeout=60) != 0  # far below the 120 s a save may take
+        for name, pid in pids.items():
+            assert not pid_alive(pid), f"{name} (pid {pid}) left behind"
+    finally:
+        srv.stop()
+    assert (folder / FILE_NAME).read_bytes() == good_file[0]
