@@ -69,6 +69,11 @@ class CacheConfig:
     cache_persist_interval: float = 0.0
     cache_persist_max_bytes: int = 256 << 20
 
+    @property
+    def persists(self) -> bool:
+        """Warm restart is on (a directory, and a prefix cache to fill)."""
+        return bool(self.cache_persist_dir) and not self.disable_radix_cache
+
     def __post_init__(self) -> None:
         if self.cache_persist_interval < 0:
             raise ValueError("cache_persist_interval: must be >= 0 (0: only at shutdown)")

@@ -209,3 +209,44 @@ def test_config_rejects_negative_values():
         CacheConfig(cache_persist_interval=-1)
     with pytest.raises(ValueError, match="cache_persist_max_bytes"):
         CacheConfig(cache_persist_max_bytes=-1)
+
+
+class _CountingLink:
+    def __init__(self, store: PrefixStore) -> None:
+        self.store, self.saves = store, 0
+
+    def save_prefixes(self, req):
+        self.saves += 1
+        return self.store.save_prefixes(req)
+
+    def restore_prefixes(self, req):
+        return self.store.restore_prefixes(req)
+
+
+def test_interval_writer_saves_when_due_and_changed(tmp_path):
+    kv = _kv_with([([1, 2, 3], None)])
+    link = _CountingLink(_store(tmp_path))
+    now = [0.0]
+    per_slot = KVPool.bytes_per_slot(LAYERS, HEADS, DIM, torch.float32)
+    p = CachePersister(kv, link, CacheConfig(cache_persist_dir=str(tmp_path), cache_persist_interval=10), per_slot,
+                       clock=lambda: now[0])
+    assert p.maybe_save() is None and link.saves == 0  # not due yet
+    now[0] = 10.0
+    assert p.maybe_save().ok and link.saves == 1
+    link.store.close()
+    now[0] = 25.0
+    assert p.maybe_save() is None and link.saves == 1  # due, but nothing changed
+    slots = kv._allocator.alloc(2)
+    kv._cache.insert([5, 6], slots)
+    now[0] = 40.0
+    assert p.maybe_save().ok and link.saves == 2
+    link.store.close()
+    assert read_prefix_file(os.path.join(tmp_path, FILE_NAME)).num_tokens == 5
+
+
+def test_no_persistence_without_a_prefix_cache(tmp_path):
+    cfg = CacheConfig(cache_persist_dir=str(tmp_path), disable_radix_cache=True)
+    assert not cfg.persists and CacheConfig(cache_persist_dir=str(tmp_path)).persists
+    kv = KVManager(16, 4, 128, disable_radix_cache=True)
+    nodes, slots = kv.hot_prefixes(100)
+    assert nodes == [] and len(slots) == 0 and len(kv.reserve_for_restore(8)) == 0

@@ -9,6 +9,7 @@ slots, has the worker fill them from the file and inserts what it loaded into th
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -40,6 +41,7 @@ class CachePersister:
         self.next_due = clock() + self.interval if self.interval > 0 else math.inf
         self.restored_tokens = 0
         self.last_save: Optional[KVSaveReply] = None
+        self._saved: Optional[bytes] = None  # digest of what the last successful save sent
 
     def restore(self) -> KVRestoreReply:
         """Load the worker's file into reserved slots and the tree (before serving starts)."""
@@ -50,11 +52,18 @@ class CachePersister:
         logger.info("warm restart: %s; %d tokens in the prefix cache", reply.message, self.restored_tokens)
         return reply
 
-    def save(self, wait: bool = False) -> KVSaveReply:
-        """Send the hottest prefixes (at most the byte budget) to the worker to persist."""
+    def save(self, wait: bool = False, if_changed: bool = False) -> Optional[KVSaveReply]:
+        """Send the hottest prefixes (at most the byte budget) to the worker to persist; with
+        ``if_changed``, nothing (None) when they are the ones the last successful save sent."""
         nodes, slots = self.kv.hot_prefixes(self.max_tokens)
+        digest = hashlib.sha256(slots.numpy().tobytes())
+        for n in nodes:
+            digest.update(repr((n.parent, n.salt)).encode() + n.tokens.tobytes())
+        if if_changed and digest.digest() == self._saved:
+            return None
         reply = self.link.save_prefixes(KVSaveReq(nodes, slots.numpy(), wait))
         self.last_save = reply
+        self._saved = digest.digest() if reply.ok else None
         if reply.ok:
             logger.info("persisting %d cached tokens (%d nodes, %.1f MiB of KV)%s", reply.num_tokens, len(nodes),
                         reply.num_bytes / 2**20, "" if wait else " in the background")
@@ -63,8 +72,8 @@ class CachePersister:
         return reply
 
     def maybe_save(self) -> Optional[KVSaveReply]:
-        """``save`` when the interval is up (call between steps)."""
+        """``save`` when the interval is up and the hottest prefixes changed (call between steps)."""
         if self.clock() < self.next_due:
             return None
         self.next_due = self.clock() + self.interval
-        return self.save()
+        return self.save(if_changed=True)

@@ -59,7 +59,7 @@ class SchedulerLoop:
         self.last_stats = 0.0
         self.stopping = False  # set by SIGTERM when the cache is persisted: leave the loop, then save
         self.persister: Optional[CachePersister] = None
-        if cfg.cache.cache_persist_dir:
+        if cfg.cache.persists:
             self.persister = CachePersister(self.sched.kv, self.worker, cfg.cache, self.info.kv_bytes_per_slot)
             self.persister.restore()  # before the launcher hears we are ready
 

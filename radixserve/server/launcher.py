@@ -119,7 +119,7 @@ class Launcher:
     def _saves_on_stop(self) -> bool:
         """The scheduler persists the prefix cache on SIGTERM (it needs a live worker)."""
         worker = self.procs.get("worker")
-        return bool(self.cfg.cache.cache_persist_dir) and worker is not None and worker.exitcode is None
+        return self.cfg.cache.persists and worker is not None and worker.exitcode is None
 
     async def watch(self, tm: Any, server: Any) -> None:
         """Poll the children; on the first death fail everything and stop the server."""

@@ -4,6 +4,7 @@ Used by the worker process and by the in-process ``Engine`` (the one place the w
 """
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 from radixserve.config import EngineConfig
@@ -13,6 +14,8 @@ from radixserve.model import loader
 from radixserve.utils import tune_malloc
 from radixserve.worker.model_runner import ModelRunner, set_threads
 from radixserve.worker.prefix_store import PrefixStore, fingerprint
+
+logger = logging.getLogger(__name__)
 
 
 def check_config(cfg: EngineConfig) -> None:
@@ -40,7 +43,9 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True) -> tuple[ModelRu
 
 def build_prefix_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -> Optional[PrefixStore]:
     """The warm-restart store over the runner's KV pool, when ``cache_persist_dir`` is set."""
-    if not cfg.cache.cache_persist_dir:
+    if not cfg.cache.persists:
+        if cfg.cache.cache_persist_dir:
+            logger.warning("cache_persist_dir ignored: disable_radix_cache leaves nothing to persist")
         return None
     fp = fingerprint(runner.config, info.hf_dir, runner.kv_pool, info.quantization, cfg.cache.page_size)
     return PrefixStore(runner.kv_pool, fp, cfg.cache.cache_persist_dir)

@@ -59,6 +59,8 @@ def fingerprint(config: Any, hf_dir: str, pool: KVPool, quantization: str, page_
 class PrefixStore:
     def __init__(self, pool: KVPool, fp: dict[str, Any], folder: str) -> None:
         os.makedirs(folder, exist_ok=True)
+        for stale in glob.glob(os.path.join(folder, ".tmp-*")):  # a write cut short by a crash or SIGKILL
+            os.unlink(stale)
         self.pool, self.fp = pool, fp
         self.path = os.path.join(folder, FILE_NAME)
         self._writer: Optional[threading.Thread] = None
