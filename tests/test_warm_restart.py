@@ -209,3 +209,18 @@ def test_worker_death_with_persistence(tiny_dir, tmp_path, good_file):
     finally:
         srv.stop()
     assert (folder / FILE_NAME).read_bytes() == good_file[0]
+
+
+def test_bench_warm_restart_short(tiny_dir):
+    """The short version of benchmarks/bench_warm_restart.py (tiny model, 200-token prefix)."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from bench_warm_restart import run
+
+    res = run(tiny_dir, 200, 2048)
+    assert res["file_bytes"] > 0
+    cold, warm = res["cold"], res["warm"]
+    assert cold["cached_tokens"][0] == 0 and cold["cached_tokens"][1] >= 200 and cold["loaded_tokens"] == 0
+    assert warm["cached_tokens"][0] >= 200 and warm["loaded_tokens"] >= 200 and warm["load_s"] is not None
+    assert cold["first_hit_s"] is not None and warm["first_hit_s"] is not None
