@@ -61,12 +61,14 @@ class CachePersister:
             digest.update(repr((n.parent, n.salt)).encode() + n.tokens.tobytes())
         if if_changed and digest.digest() == self._saved:
             return None
+        t0 = time.perf_counter()
         reply = self.link.save_prefixes(KVSaveReq(nodes, slots.numpy(), wait))
         self.last_save = reply
         self._saved = digest.digest() if reply.ok else None
         if reply.ok:
-            logger.info("persisting %d cached tokens (%d nodes, %.1f MiB of KV)%s", reply.num_tokens, len(nodes),
-                        reply.num_bytes / 2**20, "" if wait else " in the background")
+            logger.info("persisting %d cached tokens (%d nodes, %.1f MiB of KV)%s; the scheduler waited %.3fs",
+                        reply.num_tokens, len(nodes), reply.num_bytes / 2**20, "" if wait else " in the background",
+                        time.perf_counter() - t0)
         else:
             logger.warning("prefix cache not persisted: %s", reply.message)
         return reply
