@@ -2,7 +2,8 @@
 
 ``select_hot`` reads the tree (no splits, locks or LRU stamps change); ``insert_restored``
 inserts unlocked, evictable nodes through ``PrefixCache.insert`` and hands every slot it does
-not keep to ``free_fn``, so the memory invariants hold afterwards.  Scheduler thread only
+not keep to ``free_fn``, so the memory invariants hold afterwards; the hottest restored
+nodes get the newest LRU stamps, so eviction takes the coldest first.  Scheduler thread only
 (through ``KVManager``).
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from radixserve.ipc.persist_link import PersistNode
 from radixserve.mem_cache.prefix_cache import PrefixCache
-from radixserve.mem_cache.tree_node import TreeNode
+from radixserve.mem_cache.tree_node import TreeNode, child_key, clock
 
 
 def _heat(node: TreeNode) -> tuple[int, int]:
@@ -73,4 +74,18 @@ def insert_restored(cache: PrefixCache, nodes: list[PersistNode], slots: torch.T
         if dup:
             free_fn(own[:dup].clone())
         taken += n - dup
+    for (key, _), node in reversed(list(zip(paths, nodes))):  # the hottest get the newest LRU stamps
+        _touch(cache.root, key, node.salt)
     return taken
+
+
+def _touch(root: TreeNode, key: list[int], salt) -> None:
+    """Stamp the nodes along ``key`` as just used (no splits, unlike ``match_prefix``)."""
+    node, pos, stamp = root, 0, next(clock)
+    while pos < len(key):
+        child = node.children.get(child_key(salt, key[pos]))
+        if child is None:
+            return
+        child.last_access = stamp
+        pos += len(child.key)
+        node = child
