@@ -146,6 +146,8 @@ def test_save_restore_through_the_persister(tmp_path):
     reply = p2.restore()
     assert reply.used == p2.restored_tokens == 11
     kv2.check_invariants()
+    hot = [(n.parent, n.salt, n.tokens.tolist()) for n in select_hot(kv._cache.root, 100)[0]]
+    assert [(n.parent, n.salt, n.tokens.tolist()) for n in select_hot(kv2._cache.root, 100)[0]] == hot
     for ids, salt in (([1, 2, 3, 4, 5, 6], None), ([1, 2, 3, 9, 9], None), ([7, 7, 7], "s")):
         old, _ = kv._cache.match_prefix(ids, salt)
         new, _ = kv2._cache.match_prefix(ids, salt)
@@ -153,8 +155,6 @@ def test_save_restore_through_the_persister(tmp_path):
         for a, b in ((store.pool.k_buffer, store2.pool.k_buffer), (store.pool.v_buffer, store2.pool.v_buffer)):
             for la, lb in zip(a, b):
                 assert torch.equal(la[old], lb[new])
-    hot = [(n.parent, n.salt, n.tokens.tolist()) for n in select_hot(kv._cache.root, 100)[0]]
-    assert [(n.parent, n.salt, n.tokens.tolist()) for n in select_hot(kv2._cache.root, 100)[0]] == hot
     assert kv2._cache.match_prefix([7, 7, 7])[0].numel() == 0  # the salted path stays in its namespace
     assert kv2.available() == 63 and kv2._cache.evictable_size == 11  # unlocked, evictable
 
