@@ -158,9 +158,20 @@ class SchedulerLoop:
             self.emit(touched, step_start)
             self.maybe_send_stats()
             if self.persister is not None:
-                self.persister.maybe_save()
+                self.persist(final=False)
         if self.persister is not None:
-            self.persister.save(wait=True)
+            self.persist(final=True)
+
+    def persist(self, final: bool) -> None:
+        """Save the hottest prefixes (at shutdown, or when the interval is up); a failure is
+        logged, never raised: serving goes on without it."""
+        try:
+            if final:
+                self.persister.save(wait=True)
+            else:
+                self.persister.maybe_save()
+        except Exception:
+            logger.error("persisting the prefix cache failed:\n%s", traceback.format_exc())
 
 
 def run_scheduler(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, parent_pid: int) -> None:
