@@ -32,6 +32,7 @@ from server_harness import ServerHandle  # noqa: E402
 from radixserve.worker.prefix_store import FILE_NAME  # noqa: E402
 
 _LOADED = re.compile(r"loaded (\d+) of (\d+) persisted tokens \((\d+) nodes\) in ([0-9.]+)s")
+_WRITTEN = re.compile(r"persisted (\d+) cached tokens .* in ([0-9.]+)s")
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -86,11 +87,13 @@ def run(model: str, system_len: int, max_total_tokens: int, seed: int = 0, dtype
             _request(srv, system + q0, 8)
         finally:
             stop_s = _stop(srv)
+        m = _WRITTEN.search(srv.log_tail(1 << 20))
         path = os.path.join(folder, FILE_NAME)
         written = os.path.getsize(path) if os.path.exists(path) else 0
         cold = restart_run(model, None, system, [q1, q2], common)
         warm = restart_run(model, folder, system, [q1, q2], common)
     return {"model": model, "system_len": system_len, "dtype": dtype, "file_bytes": written,
+            "saved_tokens": int(m.group(1)) if m else 0, "write_s": float(m.group(2)) if m else None,
             "primer_stop_s": stop_s, "cold": cold, "warm": warm}
 
 
@@ -107,7 +110,9 @@ def main() -> None:
 
     res = run(a.model or resolve_hf_dir(None), a.system_len, a.max_total_tokens, a.seed, a.dtype)
     print(f"model {res['model']}, {a.dtype}, system prompt {a.system_len} tokens")
-    print(f"primer: wrote {res['file_bytes'] / 2**20:.1f} MiB at shutdown, stop took {res['primer_stop_s']:.2f}s")
+    write = "?" if res["write_s"] is None else f"{res['write_s']:.2f}s"
+    print(f"primer: wrote {res['saved_tokens']} tokens, {res['file_bytes'] / 2**20:.1f} MiB at shutdown in {write}; "
+          f"stopping the server took {res['primer_stop_s']:.2f}s")
     for name in ("cold", "warm"):
         r = res[name]
         hit = "none" if r["first_hit_s"] is None else f"{r['first_hit_s']:.2f}s"

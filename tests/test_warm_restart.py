@@ -219,7 +219,7 @@ def test_bench_warm_restart_short(tiny_dir):
     from bench_warm_restart import run
 
     res = run(tiny_dir, 200, 2048)
-    assert res["file_bytes"] > 0
+    assert res["file_bytes"] > 0 and res["saved_tokens"] >= 200 and res["write_s"] is not None
     cold, warm = res["cold"], res["warm"]
     assert cold["cached_tokens"][0] == 0 and cold["cached_tokens"][1] >= 200 and cold["loaded_tokens"] == 0
     assert warm["cached_tokens"][0] >= 200 and warm["loaded_tokens"] >= 200 and warm["load_s"] is not None
