@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -79,7 +79,7 @@ def insert_restored(cache: PrefixCache, nodes: list[PersistNode], slots: torch.T
     return taken
 
 
-def _touch(root: TreeNode, key: list[int], salt) -> None:
+def _touch(root: TreeNode, key: list[int], salt: Optional[str]) -> None:
     """Stamp the nodes along ``key`` as just used (no splits, unlike ``match_prefix``)."""
     node, pos, stamp = root, 0, next(clock)
     while pos < len(key):
