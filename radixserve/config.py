@@ -53,6 +53,11 @@ class CacheConfig:
 
     The pool holds ``max_total_tokens`` token slots per layer; when None it is sized
     from ``mem_fraction_static`` of the memory that is free after the weights are loaded.
+
+    Warm restart (``docs/WARM_RESTART.md``): with ``cache_persist_dir`` the hottest cached
+    prefixes, at most ``cache_persist_max_bytes`` of KV, are written to a file in that directory
+    at shutdown and every ``cache_persist_interval`` seconds (0: only at shutdown), and loaded
+    back into the pool and the tree at startup, before the server reports ready.
     """
 
     max_total_tokens: Optional[int] = None
@@ -60,6 +65,20 @@ class CacheConfig:
     page_size: int = 1
     disable_radix_cache: bool = False
     attention_backend: str = "auto"
+    cache_persist_dir: Optional[str] = None
+    cache_persist_interval: float = 0.0
+    cache_persist_max_bytes: int = 256 << 20
+
+    @property
+    def persists(self) -> bool:
+        """Warm restart is on (a directory, and a prefix cache to fill)."""
+        return bool(self.cache_persist_dir) and not self.disable_radix_cache
+
+    def __post_init__(self) -> None:
+        if self.cache_persist_interval < 0:
+            raise ValueError("cache_persist_interval: must be >= 0 (0: only at shutdown)")
+        if self.cache_persist_max_bytes < 0:
+            raise ValueError("cache_persist_max_bytes: must be >= 0")
 
 
 @dataclass(frozen=True)

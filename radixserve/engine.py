@@ -13,7 +13,9 @@ once.  Requests go through the same front door (``RequestBuilder``) and output p
 (incremental detokenizer, ``OutputState``) as the server, so results and ``meta_info`` have
 the shape of the server's /generate.  Invalid input raises ValueError naming the field, in
 the calling thread; a full queue raises OverflowError.  ``shutdown()`` (or leaving a ``with``
-block) stops the driver; it also stops when the Engine is garbage-collected.
+block) stops the driver; it also stops when the Engine is garbage-collected.  With
+``cache_persist_dir`` the persisted prefixes are loaded at construction and saved by
+``shutdown()`` (or ``persist_cache()``); the interval writer is the server's only.
 """
 from __future__ import annotations
 
@@ -31,10 +33,11 @@ from radixserve.output_state import OutputState
 from radixserve.request_builder import Limits, RequestBuilder
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.build import build_scheduler, new_req
+from radixserve.scheduler.cache_persist import CachePersister
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler
 from radixserve.tokenizer import load_hf_tokenizer
-from radixserve.worker.build import build_worker
+from radixserve.worker.build import build_prefix_store, build_worker
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +82,11 @@ class Engine:
         self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
         # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
         self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
+        self._persister: Optional[CachePersister] = None  # warm restart (cache_persist_dir)
+        store = build_prefix_store(self.config, self.runner, self.info)
+        if store is not None:
+            self._persister = CachePersister(self.scheduler.kv, store, self.config.cache, self.info.kv_bytes_per_slot)
+            self._persister.restore()
         self._driver = EngineDriver(self.scheduler, self.tokenizer)
         self._finalizer = weakref.finalize(self, self._driver.close)
 
@@ -207,8 +215,21 @@ class Engine:
     def check_invariants(self) -> None:
         self.run_on_driver(lambda s: s.check_invariants())
 
+    def persist_cache(self) -> bool:
+        """Write the hottest cached prefixes to ``cache_persist_dir`` now (waits for the file);
+        False when not configured or the write failed."""
+        persister = self._persister
+        return persister is not None and self.run_on_driver(lambda s: persister.save(wait=True)).ok
+
     def shutdown(self) -> None:
-        """Stop the driver; running requests' futures fail.  Idempotent."""
+        """Persist the prefix cache (with ``cache_persist_dir``), then stop the driver; running
+        requests' futures fail.  Idempotent."""
+        if self._persister is not None and self._finalizer.alive:
+            try:
+                self.persist_cache()
+            except Exception:  # e.g. the driver died: stopping must still work
+                logger.exception("could not persist the prefix cache")
+        self._persister = None
         self._finalizer.detach()
         self._driver.close()
 

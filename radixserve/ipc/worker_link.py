@@ -99,3 +99,4 @@ class WorkerInfo:
     hf_dir: str
     quantization: str = "none"  # of the decoder's linear layers, e.g. "int8 at <= 4 rows"
     hidden_size: int = 0  # the length of an embedding
+    kv_bytes_per_slot: int = 0  # K and V of one token over all layers (warm restart's byte budget)

@@ -21,7 +21,9 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence
 import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
+from radixserve.ipc.persist_link import PersistNode
 from radixserve.mem_cache.continuation import continuation
+from radixserve.mem_cache.hot_prefixes import insert_restored, select_hot
 from radixserve.mem_cache.invariants import check_memory_invariants
 from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
 from radixserve.mem_cache.prefix_cache import PrefixCache
@@ -234,3 +236,23 @@ class KVManager:
     def flush(self) -> bool:
         """Drop every cached token; refused (False) while a running request locks any."""
         return self._cache.flush()
+
+    # ------------------------------------------------------------------ warm restart
+    def hot_prefixes(self, max_tokens: int) -> tuple[list[PersistNode], torch.Tensor]:
+        """The hottest cached prefixes (``mem_cache/hot_prefixes.py``) and their slots;
+        read-only.  Nothing without a sharing cache."""
+        if not isinstance(self._cache, RadixCache):
+            return [], torch.empty(0, dtype=torch.int64)
+        return select_hot(self._cache.root, max_tokens)
+
+    def reserve_for_restore(self, n: int) -> torch.Tensor:
+        """Up to ``n`` free slots (no eviction) that must go back through ``adopt``."""
+        n = min(n, self._allocator.available_size()) if isinstance(self._cache, RadixCache) else 0
+        return self._allocator.alloc(n) if n > 0 else torch.empty(0, dtype=torch.int64)
+
+    def adopt(self, nodes: list[PersistNode], slots: torch.Tensor, used: int) -> int:
+        """Insert restored nodes whose KV the worker wrote into ``slots[:used]`` (unlocked,
+        evictable); frees every reserved slot the tree does not keep.  Returns tokens kept."""
+        taken = insert_restored(self._cache, nodes, slots[:used], self._allocator.free) if used else 0
+        self._allocator.free(slots[used:].clone())
+        return taken

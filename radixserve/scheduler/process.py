@@ -10,10 +10,15 @@ Loop contract:
   at most every ``STATS_INTERVAL`` seconds a ``SchedulerStats``.
 - A step the worker fails (``WorkerStepError``) aborts only the requests of that step,
   after returning the slots allocated for it.
+- With ``cache_persist_dir`` (warm restart, ``scheduler/cache_persist.py``): the persisted
+  prefixes are restored before the process reports ready, saved every
+  ``cache_persist_interval`` s between steps, and SIGTERM ends the loop after the current
+  step (within ``IDLE_POLL_MS`` when idle) and saves them before the process exits.
 """
 from __future__ import annotations
 
 import logging
+import signal
 import time
 import traceback
 from typing import Any, Optional
@@ -27,6 +32,7 @@ from radixserve.ipc.server_link import (AbortReq, BatchReqOutput, ControlReply, 
 from radixserve.ipc.zmq_utils import IPCAddrs, drain, make_socket, send_obj
 from radixserve.proc import setup_child
 from radixserve.scheduler.build import build_scheduler, new_req
+from radixserve.scheduler.cache_persist import CachePersister
 from radixserve.scheduler.outputs import take_output
 from radixserve.scheduler.req import Req
 from radixserve.worker.remote import RemoteWorker, WorkerStepError
@@ -51,6 +57,11 @@ class SchedulerLoop:
         self.finished: list[Req] = []
         self.sched.hooks.append(self.finished.append)
         self.last_stats = 0.0
+        self.stopping = False  # set by SIGTERM when the cache is persisted: leave the loop, then save
+        self.persister: Optional[CachePersister] = None
+        if cfg.cache.persists:
+            self.persister = CachePersister(self.sched.kv, self.worker, cfg.cache, self.info.kv_bytes_per_slot)
+            self.persister.restore()  # before the launcher hears we are ready
 
     # ------------------------------------------------------------------ messages
     def handle(self, msg: Any) -> None:
@@ -147,7 +158,7 @@ class SchedulerLoop:
     def run(self) -> None:
         poller = zmq.Poller()
         poller.register(self.from_server, zmq.POLLIN)
-        while True:
+        while not self.stopping:
             timeout = 0 if self.sched.has_work() else IDLE_POLL_MS
             if poller.poll(timeout):
                 for msg in drain(self.from_server):
@@ -159,6 +170,21 @@ class SchedulerLoop:
             touched = self.step() if self.sched.has_work() else []
             self.emit(touched, step_start)
             self.maybe_send_stats()
+            if self.persister is not None:
+                self.persist(final=False)
+        if self.persister is not None:
+            self.persist(final=True)
+
+    def persist(self, final: bool) -> None:
+        """Save the hottest prefixes (at shutdown, or when the interval is up); a failure is
+        logged, never raised: serving goes on without it."""
+        try:
+            if final:
+                self.persister.save(wait=True)
+            else:
+                self.persister.maybe_save()
+        except Exception:
+            logger.error("persisting the prefix cache failed:\n%s", traceback.format_exc())
 
 
 def run_scheduler(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, parent_pid: int) -> None:
@@ -166,6 +192,8 @@ def run_scheduler(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn
     setup_child("scheduler", log_level, parent_pid)
     torch.set_num_threads(1)
     loop = SchedulerLoop(cfg, addrs, zmq.Context())
+    if loop.persister is not None:  # SIGTERM ends the loop after the current step; the cache is then saved
+        signal.signal(signal.SIGTERM, lambda *_: setattr(loop, "stopping", True))
     ready_conn.send(loop.info)
     ready_conn.close()
     loop.run()

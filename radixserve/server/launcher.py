@@ -49,6 +49,9 @@ class ChildDied(RuntimeError):
     pass
 
 
+PERSIST_GRACE_S = 120.0  # at most this long for the scheduler's final save of the prefix cache
+
+
 class Launcher:
     ORDER = ("scheduler", "worker", "detokenizer")  # shutdown order
 
@@ -98,18 +101,25 @@ class Launcher:
         return None
 
     def shutdown(self) -> None:
-        """Stop the children in order (SIGTERM, then SIGKILL after 3 s); idempotent."""
+        """Stop the children in order (SIGTERM, then SIGKILL after 3 s, or after
+        ``PERSIST_GRACE_S`` for the scheduler when it persists the prefix cache on SIGTERM and
+        the worker, which writes the file and is stopped after it, is alive); idempotent."""
         with self._lock:
             for name in self.ORDER:
                 p = self.procs.get(name)
                 if p is None or p.exitcode is not None:
                     continue
                 p.terminate()
-                p.join(3)
+                p.join(PERSIST_GRACE_S if name == "scheduler" and self._saves_on_stop() else 3)
                 if p.exitcode is None:
                     p.kill()
                     p.join(1)
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+    def _saves_on_stop(self) -> bool:
+        """The scheduler persists the prefix cache on SIGTERM (it needs a live worker)."""
+        worker = self.procs.get("worker")
+        return self.cfg.cache.persists and worker is not None and worker.exitcode is None
 
     async def watch(self, tm: Any, server: Any) -> None:
         """Poll the children; on the first death fail everything and stop the server."""

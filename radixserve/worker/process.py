@@ -3,7 +3,8 @@
 Protocol (over two PUSH/PULL links with the scheduler): first the worker sends one
 ``WorkerInfo`` once the model is loaded; then, for every ``StepPlan`` it receives, it sends
 exactly one reply, a ``StepResult`` or a ``WorkerError`` when the step raised (the worker
-keeps serving; the scheduler fails the requests of that step).
+keeps serving; the scheduler fails the requests of that step).  With ``cache_persist_dir``,
+``KVSaveReq``/``KVRestoreReq`` (``ipc/persist_link.py``) are answered the same way, between steps.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
     setup_child("worker", log_level, parent_pid)
     from tqdm import tqdm
 
-    from radixserve.worker.build import build_worker  # here: the scheduler imports this module too
+    from radixserve.ipc.persist_link import KVRestoreReq, KVSaveReq
+    from radixserve.worker.build import build_prefix_store, build_worker  # here: the scheduler imports this module
 
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: SIGTERM would leak it
     runner, info = build_worker(cfg)
@@ -43,10 +45,16 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
     send_obj(results, info)
     ready_conn.send(info)
     ready_conn.close()
+    store = build_prefix_store(cfg, runner, info)
     while True:
-        plan = recv_obj(plans)
+        msg = recv_obj(plans)
         try:
-            reply = runner.step(plan)
+            if isinstance(msg, KVSaveReq) and store is not None:
+                reply = store.save_prefixes(msg)
+            elif isinstance(msg, KVRestoreReq) and store is not None:
+                reply = store.restore_prefixes(msg)
+            else:
+                reply = runner.step(msg)
         except Exception as e:  # one bad step must not take the worker down
             logger.error("step failed:\n%s", traceback.format_exc())
             reply = WorkerError(f"{type(e).__name__}: {e}")

@@ -1,13 +1,15 @@
 """``RemoteWorker``: the scheduler's handle on a worker process.
 
 It has the same ``step(plan) -> StepResult`` as ``ModelRunner``, so the existing Scheduler
-drives a remote worker unchanged.  ``step`` sends the plan and blocks for the reply;
+drives a remote worker unchanged; ``save_prefixes``/``restore_prefixes`` are warm restart's
+two requests (the same methods as the in-process ``PrefixStore``).  ``step`` sends the plan and blocks for the reply;
 a ``WorkerError`` reply raises ``WorkerStepError`` with the failed plan attached.
 """
 from __future__ import annotations
 
 import zmq
 
+from radixserve.ipc.persist_link import KVRestoreReply, KVRestoreReq, KVSaveReply, KVSaveReq
 from radixserve.ipc.worker_link import StepPlan, StepResult, WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.worker.process import WorkerError
@@ -38,3 +40,15 @@ class RemoteWorker:
         if isinstance(reply, WorkerError):
             raise WorkerStepError(reply.message, plan)
         return reply
+
+    def save_prefixes(self, req: KVSaveReq) -> KVSaveReply:
+        """Warm restart: the worker copies these slots' KV out (and writes the file)."""
+        send_obj(self.to_worker, req)
+        reply = recv_obj(self.from_worker)
+        return KVSaveReply(False, reply.message) if isinstance(reply, WorkerError) else reply
+
+    def restore_prefixes(self, req: KVRestoreReq) -> KVRestoreReply:
+        """Warm restart: the worker fills these reserved slots from its file."""
+        send_obj(self.to_worker, req)
+        reply = recv_obj(self.from_worker)
+        return KVRestoreReply(message=f"worker error: {reply.message}") if isinstance(reply, WorkerError) else reply
