@@ -7,10 +7,26 @@ from typing import Any, Callable, Optional, Union
 import regex
 
 
+# Stop strings and stop regexes are matched on the output at every step (and partial regex
+# matches searched for in the detokenizer): bound their number and size, and every search.
+MAX_STOPS = 128
+MAX_STOP_LEN = 1024
+MAX_STOP_REGEX_LEN = 256  # partial matching of longer literals takes seconds (regex ignores its timeout there)
+STOP_REGEX_TIMEOUT_S = 0.1
+
+
+def search_stop_regex(pattern: str, text: str, **kw: Any) -> Optional["regex.Match[str]"]:
+    """``regex.search`` bounded to ``STOP_REGEX_TIMEOUT_S``; raises TimeoutError past it (a
+    pattern that backtracks catastrophically on this text)."""
+    return regex.search(pattern, text, timeout=STOP_REGEX_TIMEOUT_S, **kw)
+
+
 def check_stop_regex(patterns: list[str], bad: Callable[[str], None]) -> None:
     """Call ``bad(reason)`` unless ``patterns`` are non-empty strings that compile as regexes."""
     if not all(isinstance(p, str) and p for p in patterns):
         bad("must be a non-empty regex or a list of non-empty regexes")
+    if len(patterns) > MAX_STOPS or any(len(p) > MAX_STOP_REGEX_LEN for p in patterns):
+        bad(f"at most {MAX_STOPS} patterns of at most {MAX_STOP_REGEX_LEN} characters")
     for p in patterns:
         try:
             regex.compile(p)
@@ -156,6 +172,8 @@ class SamplingParams:
             stops = self.stop_strs
             if not all(isinstance(s, str) and s for s in stops):
                 bad("stop", "must be a non-empty string or a list of non-empty strings")
+            if len(stops) > MAX_STOPS or any(len(s) > MAX_STOP_LEN for s in stops):
+                bad("stop", f"at most {MAX_STOPS} strings of at most {MAX_STOP_LEN} characters")
         if self.stop_regex is not None:
             check_stop_regex(self.stop_regex_strs, lambda why: bad("stop_regex", why))
         if self.sampling_seed is not None:

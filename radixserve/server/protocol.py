@@ -235,6 +235,7 @@ def validation_message(errors: list[dict]) -> str:
     if err.get("type") == "json_invalid":
         ctx = err.get("ctx") or {}
         return f"body: invalid JSON ({ctx.get('error', err.get('msg'))})"
-    if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
+    if err.get("type") in ("missing", "model_type", "model_attributes_type") and \
+            tuple(err.get("loc", ())) in ((), ("body",)):
         return "body: a JSON object is required"
     return f"{_clean_loc(tuple(err.get('loc', ())))}: {err.get('msg', 'invalid value')}"
