@@ -13,6 +13,20 @@ MAX_STOPS = 128
 MAX_STOP_LEN = 1024
 MAX_STOP_REGEX_LEN = 256  # partial matching of longer literals takes seconds (regex ignores its timeout there)
 STOP_REGEX_TIMEOUT_S = 0.1
+# the regex module unrolls repeat minimums when compiling ("a{2147483648}" allocates tens of
+# GB; nested ones multiply): bound their product, counted as if every repeat were nested
+MAX_STOP_REGEX_REPEAT = 10_000
+_REPEAT = regex.compile(r"\{(\d+)(?:,\d*)?\}")
+
+
+def _repeat_product(pattern: str) -> int:
+    product = 1
+    for m in _REPEAT.finditer(pattern):
+        digits = m.group(1)
+        product *= MAX_STOP_REGEX_REPEAT + 1 if len(digits) > 6 else max(1, int(digits))
+        if product > MAX_STOP_REGEX_REPEAT:
+            break
+    return product
 
 
 def search_stop_regex(pattern: str, text: str, **kw: Any) -> Optional["regex.Match[str]"]:
@@ -27,6 +41,8 @@ def check_stop_regex(patterns: list[str], bad: Callable[[str], None]) -> None:
         bad("must be a non-empty regex or a list of non-empty regexes")
     if len(patterns) > MAX_STOPS or any(len(p) > MAX_STOP_REGEX_LEN for p in patterns):
         bad(f"at most {MAX_STOPS} patterns of at most {MAX_STOP_REGEX_LEN} characters")
+    if any(_repeat_product(p) > MAX_STOP_REGEX_REPEAT for p in patterns):
+        bad(f"repeat counts too large (their product must stay under {MAX_STOP_REGEX_REPEAT})")
     for p in patterns:
         try:
             regex.compile(p)
@@ -132,7 +148,8 @@ class SamplingParams:
         """Raise ValueError naming the first invalid field."""
 
         def bad(name: str, why: str) -> None:
-            raise ValueError(f"sampling_params.{name}: {why} (got {getattr(self, name)!r})")
+            got = repr(getattr(self, name))
+            raise ValueError(f"sampling_params.{name}: {why} (got {got[:200]}{'...' if len(got) > 200 else ''})")
 
         def is_int(x: Any) -> bool:
             return isinstance(x, int) and not isinstance(x, bool)
