@@ -13,6 +13,7 @@ MAX_STOPS = 128
 MAX_STOP_LEN = 1024
 MAX_STOP_REGEX_LEN = 256  # partial matching of longer literals takes seconds (regex ignores its timeout there)
 STOP_REGEX_TIMEOUT_S = 0.1
+MAX_CACHE_SALT_LEN = 256
 # the regex module unrolls repeat minimums when compiling ("a{2147483648}" allocates tens of
 # GB; nested ones multiply): bound their product, counted as if every repeat were nested
 MAX_STOP_REGEX_REPEAT = 10_000
@@ -203,8 +204,9 @@ class SamplingParams:
             bad("stream_interval", "must be an integer >= 1")
         if self.custom_params is not None and not isinstance(self.custom_params, dict):
             bad("custom_params", "must be an object")
-        if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and 0 < len(self.cache_salt) <= 256):
-            bad("cache_salt", "must be a non-empty string of at most 256 characters")
+        if self.cache_salt is not None and not (isinstance(self.cache_salt, str)
+                                                and 0 < len(self.cache_salt) <= MAX_CACHE_SALT_LEN):
+            bad("cache_salt", f"must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
         if self.structural_tag is not None:
             bad("structural_tag", "not supported by this server (use regex, json_schema, choices or ebnf)")
         if self.stop_token_ids is not None:

@@ -218,7 +218,7 @@ def deep_nesting(rng: random.Random) -> FuzzCase:
     raw = _dumps(_set(BASES[route], path, "__DEEP__")).replace(b'"__DEEP__"', deep_json(depth, rng).encode())
     if rng.random() < 0.2:
         raw = deep_json(depth, rng).encode()
-    return FuzzCase("POST", route, raw, f"deep:{route}", _names(route, path) + ("body",), True)
+    return FuzzCase("POST", route, raw, f"deep:{route}", _names(route, path) + ("body", "a"), True)
 
 
 def raw_body(rng: random.Random) -> FuzzCase:

@@ -22,7 +22,7 @@ from fuzz_oracle import Outcome, check_server, send
 from fuzz_schema import run_schema_cases
 
 # flags of the server the fuzzer launches: short outputs (a short context), bounded compiles
-FUZZ_SERVER_ARGS = ("--max-total-tokens", "8192", "--context-length", "256", "--chunked-prefill-size", "256",
+FUZZ_SERVER_ARGS = ("--max-total-tokens", "8192", "--context-length", "96", "--chunked-prefill-size", "256",
                     "--grammar-compile-timeout", "5")
 
 

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
 from radixserve.config import EngineConfig, ServerConfig
+from radixserve.sampling_params import MAX_CACHE_SALT_LEN
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
 from radixserve.server.key_auth import KeyAuthMiddleware
@@ -77,6 +78,8 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
             raise RequestError(400, "priority: differs from sampling_params.priority; give it once")
         params = [{**p, "priority": obj.priority} for p in params]
     if obj.cache_salt is not None:
+        if not 0 < len(obj.cache_salt) <= MAX_CACHE_SALT_LEN:
+            raise RequestError(400, f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
         if any(p.get("cache_salt", obj.cache_salt) != obj.cache_salt for p in params):
             raise RequestError(400, "cache_salt: differs from sampling_params.cache_salt; give it once")
         params = [{**p, "cache_salt": obj.cache_salt} for p in params]
