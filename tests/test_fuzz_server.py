@@ -22,7 +22,7 @@ def fuzz_server(tiny_dir):
 
 @pytest.mark.timeout(600)
 def test_fuzz_server(fuzz_server):
-    report = run_fuzz(fuzz_server.url, REQUESTS, seed=15, time_limit=400)
+    report = run_fuzz(fuzz_server.url, REQUESTS, seed=15, schema_share=0.5, time_limit=400)
     print(report.summary())
     assert not report.failures, report.summary()
     assert len(report.outcomes) >= REQUESTS, report.summary()
