@@ -207,7 +207,8 @@ def constraint(rng: random.Random) -> FuzzCase:
         body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": value}}]
         body["tool_choice"] = rng.choice(["required", "auto", {"type": "function", "function": {"name": "f"}}])
     body["stream"] = rng.random() < 0.3
-    names = _names(route, path) + ("response_format", "tools.0", "json_schema", "body")
+    # tools make the chat prompt long: "messages" when it does not fit the fuzz server's context
+    names = _names(route, path) + ("response_format", "tools.0", "json_schema", "body", "messages")
     return _case(route, body, f"constraint:{kind}", names)
 
 
@@ -216,9 +217,12 @@ def deep_nesting(rng: random.Random) -> FuzzCase:
     path = rng.choice(list(FIELDS[route]))
     depth = rng.choice([100, 1000, 100000])
     raw = _dumps(_set(BASES[route], path, "__DEEP__")).replace(b'"__DEEP__"', deep_json(depth, rng).encode())
-    if rng.random() < 0.2:
+    names = _names(route, path) + ("body",)
+    if rng.random() < 0.2:  # the whole body: a missing required field is named, or the unknown "a"
         raw = deep_json(depth, rng).encode()
-    return FuzzCase("POST", route, raw, f"deep:{route}", _names(route, path) + ("body", "a"), True)
+        names += ("a", "text", "prompt", "messages", "input")
+    # nesting past pydantic's recursion limit is refused; 100 deep may be valid (a JSON schema, an Any field)
+    return FuzzCase("POST", route, raw, f"deep:{route}", names, depth >= 1000)
 
 
 def raw_body(rng: random.Random) -> FuzzCase:

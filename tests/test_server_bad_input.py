@@ -66,6 +66,8 @@ CASES = [
     ("/generate", {**HI, "sampling_params": {"n": 10**6}}, "sampling_params.n"),
     ("/generate", {**HI, "sampling_params": {"json_schema": "[" * 100000}}, "sampling_params.json_schema"),
     ("/v1/completions", {"prompt": "hi", "stop": ["y"] * 1000}, "stop"),
+    ("/v1/completions", {"prompt": [[-(2**70)]], "echo": True}, "prompt.0"),  # echo decoded it first: a 500
+    ("/v1/completions", {"prompt": [10**9], "echo": True}, "prompt"),
 ]
 
 
@@ -92,7 +94,10 @@ def test_errors_name_the_field_as_sent(server):
     sampling_params.cache_salt, a field the client never sent)."""
     with server.client() as c:
         r = c.post("/generate", json={**HI, "cache_salt": "s" * 3000})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text
+        assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text
+        # a client's dict key with a space stays one path token (the message named no field)
+        r = c.post("/v1/completions", json={"prompt": "hi", "logit_bias": {"| x": 1}})
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith("logit_bias."), r.text
 
 
 def test_healthy_after_bad_input(server):

@@ -167,6 +167,9 @@ def openai_router(ctx: Any) -> APIRouter:
         if not prompts:
             raise RequestError(400, "prompt: the prompt is empty")
         params = sampling_dict(req, req.max_tokens, 16)
+        if req.echo:  # the view decodes the prompts' ids: check them first (out-of-range ids were a 500)
+            for ids, name in zip(prompts, names):
+                tm.check_prompt(ids, name)
         view = CompletionView(tm, prompt_texts(tm, p, prompts) if req.echo else None, req.n)
         # echo with logprobs scores the prompt too (its first token has no logprob)
         states = submit(prompts, names, params, req.rid, req.logprobs, 0 if req.echo else -1)
