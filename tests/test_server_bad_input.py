@@ -68,6 +68,8 @@ CASES = [
     ("/v1/completions", {"prompt": "hi", "stop": ["y"] * 1000}, "stop"),
     ("/v1/completions", {"prompt": [[-(2**70)]], "echo": True}, "prompt.0"),  # echo decoded it first: a 500
     ("/v1/completions", {"prompt": [10**9], "echo": True}, "prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -(2**70)},
+     "max_completion_tokens"),  # was named max_tokens
 ]
 
 

@@ -146,6 +146,9 @@ def chat_router(ctx: Any) -> APIRouter:
             raise RequestError(400, str(e)) from None
         ids = await tm.chat.encode(message_dicts(req), plan.tools)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        if max_tokens is not None and max_tokens < 0:  # named as sent (the builder would say max_tokens)
+            field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+            raise RequestError(400, f"{field}: must be >= 0 (got {max_tokens})")
         params = sampling_dict(req, max_tokens, tm.info.context_len)
         parser = None
         if plan.schema is not None:
