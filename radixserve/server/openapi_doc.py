@@ -34,7 +34,7 @@ class ErrorBody(BaseModel):
 
 def body_doc(model: type[BaseModel], stream: bool = False) -> dict[str, Any]:
     """``openapi_extra`` of a route whose JSON body is ``model`` (and that streams SSE when
-    ``stream``)."""
+    ``stream``: each event's data is a JSON chunk or ``[DONE]``, so its schema is open)."""
     schema = model.model_json_schema(ref_template=REF)
     extra: dict[str, Any] = {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
     if stream:
@@ -42,7 +42,7 @@ def body_doc(model: type[BaseModel], stream: bool = False) -> dict[str, Any]:
                                                      "'data: [DONE]' (errors after the first chunk are "
                                                      "'data: {\"error\": ...}' events)",
                                       "content": {"application/json": {"schema": {}},
-                                                  "text/event-stream": {"schema": {"type": "string"}}}}}
+                                                  "text/event-stream": {"schema": {}}}}}
     return extra
 
 
