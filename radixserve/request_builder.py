@@ -125,7 +125,7 @@ class RequestBuilder:
             self.check_prompt(ids, name)
             sp = self.sampling(p)
             if len(out) + sp.n > MAX_SEQUENCES:
-                raise ValueError(f"n: at most {MAX_SEQUENCES} sequences per request (prompts x n)")
+                raise ValueError(f"sampling_params.n: at most {MAX_SEQUENCES} sequences per request (prompts x n)")
             one, start = self.clamp(sp, len(ids), return_logprob, logprob_start_len)
             base = rids[i] if rids is not None else new_rid()
             for j in range(sp.n):

@@ -7,10 +7,43 @@ from typing import Any, Callable, Optional, Union
 import regex
 
 
+# Stop strings and stop regexes are matched on the output at every step (and partial regex
+# matches searched for in the detokenizer): bound their number and size, and every search.
+MAX_STOPS = 128
+MAX_STOP_LEN = 1024
+MAX_STOP_REGEX_LEN = 256  # partial matching of longer literals takes seconds (regex ignores its timeout there)
+STOP_REGEX_TIMEOUT_S = 0.1
+MAX_CACHE_SALT_LEN = 256
+# the regex module unrolls repeat minimums when compiling ("a{2147483648}" allocates tens of
+# GB; nested ones multiply): bound their product, counted as if every repeat were nested
+MAX_STOP_REGEX_REPEAT = 10_000
+_REPEAT = regex.compile(r"\{(\d+)(?:,\d*)?\}")
+
+
+def _repeat_product(pattern: str) -> int:
+    product = 1
+    for m in _REPEAT.finditer(pattern):
+        digits = m.group(1)
+        product *= MAX_STOP_REGEX_REPEAT + 1 if len(digits) > 6 else max(1, int(digits))
+        if product > MAX_STOP_REGEX_REPEAT:
+            break
+    return product
+
+
+def search_stop_regex(pattern: str, text: str, **kw: Any) -> Optional["regex.Match[str]"]:
+    """``regex.search`` bounded to ``STOP_REGEX_TIMEOUT_S``; raises TimeoutError past it (a
+    pattern that backtracks catastrophically on this text)."""
+    return regex.search(pattern, text, timeout=STOP_REGEX_TIMEOUT_S, **kw)
+
+
 def check_stop_regex(patterns: list[str], bad: Callable[[str], None]) -> None:
     """Call ``bad(reason)`` unless ``patterns`` are non-empty strings that compile as regexes."""
     if not all(isinstance(p, str) and p for p in patterns):
         bad("must be a non-empty regex or a list of non-empty regexes")
+    if len(patterns) > MAX_STOPS or any(len(p) > MAX_STOP_REGEX_LEN for p in patterns):
+        bad(f"at most {MAX_STOPS} patterns of at most {MAX_STOP_REGEX_LEN} characters")
+    if any(_repeat_product(p) > MAX_STOP_REGEX_REPEAT for p in patterns):
+        bad(f"repeat counts too large (their product must stay under {MAX_STOP_REGEX_REPEAT})")
     for p in patterns:
         try:
             regex.compile(p)
@@ -116,7 +149,8 @@ class SamplingParams:
         """Raise ValueError naming the first invalid field."""
 
         def bad(name: str, why: str) -> None:
-            raise ValueError(f"sampling_params.{name}: {why} (got {getattr(self, name)!r})")
+            got = repr(getattr(self, name))
+            raise ValueError(f"sampling_params.{name}: {why} (got {got[:200]}{'...' if len(got) > 200 else ''})")
 
         def is_int(x: Any) -> bool:
             return isinstance(x, int) and not isinstance(x, bool)
@@ -156,6 +190,8 @@ class SamplingParams:
             stops = self.stop_strs
             if not all(isinstance(s, str) and s for s in stops):
                 bad("stop", "must be a non-empty string or a list of non-empty strings")
+            if len(stops) > MAX_STOPS or any(len(s) > MAX_STOP_LEN for s in stops):
+                bad("stop", f"at most {MAX_STOPS} strings of at most {MAX_STOP_LEN} characters")
         if self.stop_regex is not None:
             check_stop_regex(self.stop_regex_strs, lambda why: bad("stop_regex", why))
         if self.sampling_seed is not None:
@@ -168,8 +204,9 @@ class SamplingParams:
             bad("stream_interval", "must be an integer >= 1")
         if self.custom_params is not None and not isinstance(self.custom_params, dict):
             bad("custom_params", "must be an object")
-        if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and 0 < len(self.cache_salt) <= 256):
-            bad("cache_salt", "must be a non-empty string of at most 256 characters")
+        if self.cache_salt is not None and not (isinstance(self.cache_salt, str)
+                                                and 0 < len(self.cache_salt) <= MAX_CACHE_SALT_LEN):
+            bad("cache_salt", f"must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
         if self.structural_tag is not None:
             bad("structural_tag", "not supported by this server (use regex, json_schema, choices or ebnf)")
         if self.stop_token_ids is not None:

@@ -26,6 +26,11 @@ def smol_dir() -> str:
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, smol_dir) -> str:
     """A 2-layer random Llama (GQA 4:2, qkv without bias) with SmolLM2's tokenizer."""
+    return build_tiny_llama(smol_dir, str(tmp_path_factory.mktemp("tiny_llama")))
+
+
+def build_tiny_llama(smol_dir: str, path: str) -> str:
+    """Save ``tiny_dir``'s model (seeded, so always the same weights) in ``path``; return it."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(smol_dir)
@@ -38,7 +43,6 @@ def tiny_dir(tmp_path_factory, smol_dir) -> str:
     # random init gives near-uniform logits; sharpen them so greedy ties are impossible
     with torch.no_grad():
         model.model.embed_tokens.weight.mul_(40.0)
-    path = str(tmp_path_factory.mktemp("tiny_llama"))
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -27,3 +27,10 @@ def test_detok_stream_never_shows_stop_string(tiny_dir):
         shown = out.final_text if done else shown + out.text
         assert "The cat sat ".startswith(shown), shown  # always a prefix of the final, trimmed text
     assert shown == "The cat sat "
+
+
+def test_safe_text_len_bounds_catastrophic_stop_regex():
+    """A partial search that backtracks exponentially times out: the text from ``start`` on
+    is held back (the scheduler aborts the request)."""
+    assert safe_text_len("a" * 60, (), (r"(a|aa)*\d",), start=3) <= 3
+    assert safe_text_len("x" * 50 + "ab", ("abc",)) == 50  # the suffix search still finds stop prefixes

@@ -50,6 +50,26 @@ CASES = [
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 50}, "top_logprobs"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+    # found by the fuzzer (benchmarks/fuzz_server.py)
+    ("/generate", "[" * 100000 + "]" * 100000, "body"),  # json.loads' RecursionError was a 500
+    ("/generate", b'{"text": "\xff\xfe"}', "body"),
+    ("/generate", '{"text": "hi", "sampling_params": {"temperature": NaN}}', "sampling_params.temperature"),
+    ("/generate", '{"text": "hi", "sampling_params": {"top_p": 1e309}}', "sampling_params.top_p"),
+    ("/generate", {**HI, "sampling_params": {"max_new_tokens": "5"}}, "sampling_params.max_new_tokens"),  # strict
+    ("/generate", {**HI, "return_logprob": 1}, "return_logprob"),
+    ("/v1/completions", {"prompt": "hi", "echo": 1}, "echo"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2.5}, "n"),
+    ("/generate", {**HI, "sampling_params": {"stop_regex": "a{2147483648}"}}, "sampling_params.stop_regex"),  # OOM
+    ("/generate", {**HI, "sampling_params": {"stop_regex": "(a{1000}){1000}"}}, "sampling_params.stop_regex"),
+    ("/generate", {**HI, "sampling_params": {"stop_regex": "x" * 100000}}, "sampling_params.stop_regex"),  # hang
+    ("/generate", {**HI, "sampling_params": {"stop": ["x" * 3000] * 2000}}, "sampling_params.stop"),  # hang
+    ("/generate", {**HI, "sampling_params": {"n": 10**6}}, "sampling_params.n"),
+    ("/generate", {**HI, "sampling_params": {"json_schema": "[" * 100000}}, "sampling_params.json_schema"),
+    ("/v1/completions", {"prompt": "hi", "stop": ["y"] * 1000}, "stop"),
+    ("/v1/completions", {"prompt": [[-(2**70)]], "echo": True}, "prompt.0"),  # echo decoded it first: a 500
+    ("/v1/completions", {"prompt": [10**9], "echo": True}, "prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -(2**70)},
+     "max_completion_tokens"),  # was named max_tokens
 ]
 
 
@@ -61,7 +81,7 @@ def server(tiny_dir):
 @pytest.mark.parametrize("path,body,field", CASES, ids=[f"{i}-{c[2]}" for i, c in enumerate(CASES)])
 def test_bad_input_names_field(server, path, body, field):
     with server.client() as c:
-        if isinstance(body, str):
+        if isinstance(body, (str, bytes)):
             r = c.post(path, content=body, headers={"Content-Type": "application/json"})
         else:
             r = c.post(path, json=body)
@@ -69,6 +89,17 @@ def test_bad_input_names_field(server, path, body, field):
     err = r.json()["error"]
     assert field in err["message"], err
     assert err["type"] == "invalid_request_error"
+
+
+def test_errors_name_the_field_as_sent(server):
+    """The top-level ``cache_salt`` of /generate is named as sent (it was called
+    sampling_params.cache_salt, a field the client never sent)."""
+    with server.client() as c:
+        r = c.post("/generate", json={**HI, "cache_salt": "s" * 3000})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text
+        # a client's dict key with a space stays one path token (the message named no field)
+        r = c.post("/v1/completions", json={"prompt": "hi", "logit_bias": {"| x": 1}})
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith("logit_bias."), r.text
 
 
 def test_healthy_after_bad_input(server):

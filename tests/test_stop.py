@@ -2,6 +2,8 @@
 Llama: stop strings across token boundaries, min_new_tokens and ignore_eos."""
 from __future__ import annotations
 
+import pytest
+
 
 def test_stop_strings_across_token_boundaries(tiny_engine):
     tok = tiny_engine.tokenizer
@@ -50,3 +52,21 @@ def test_stop_regex_through_the_engine_trims_and_streams_safely(tiny_engine):
         prev = ch["text"]
     assert prev == o["text"]
     eng.check_invariants()
+
+
+@pytest.mark.timeout(120)
+def test_catastrophic_stop_regex_is_bounded(tiny_engine):
+    """A stop_regex that backtracks exponentially on the output ("(a|aa)*\\d" on "aaaa...") ends
+    (its searches time out) instead of hanging the detokenizer; overlong ones are refused."""
+    a = tiny_engine.tokenizer.encode("a")[-1]
+    sp = {"max_new_tokens": 40, "temperature": 0, "logit_bias": {a: 1e4}, "stop_regex": r"(a|aa)*\d"}
+    o = tiny_engine.generate(input_ids=[100, 200], sampling_params=sp)
+    assert set(o["text"]) <= {"a"} and len(o["output_ids"]) <= 40
+    fr = o["meta_info"]["finish_reason"]
+    assert fr["type"] == "length" or (fr["type"] == "abort" and fr["message"].startswith("stop_regex:")), fr
+    chunks = list(tiny_engine.generate_stream(input_ids=[100, 200], sampling_params=sp))
+    assert chunks and chunks[-1]["meta_info"]["finish_reason"]["type"] in ("length", "abort")
+    with pytest.raises(ValueError, match="stop_regex"):
+        tiny_engine.generate(input_ids=[1], sampling_params={"stop_regex": "x" * 100000})
+    with pytest.raises(ValueError, match="stop"):
+        tiny_engine.generate(input_ids=[1], sampling_params={"stop": ["x"] * 5000})

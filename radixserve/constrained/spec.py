@@ -133,7 +133,7 @@ def canonical_schema(schema: Any) -> str:
     if isinstance(schema, str):
         try:
             obj = json.loads(schema)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ValueError(f"sampling_params.json_schema: invalid JSON: {e}") from None
         if not isinstance(obj, (dict, bool)):
             raise ValueError("sampling_params.json_schema: a schema must be a JSON object")

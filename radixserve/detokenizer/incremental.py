@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import regex
+from radixserve.sampling_params import search_stop_regex
 
 
 class IncrementalDecoder:
@@ -67,7 +67,10 @@ def trim_stop(text: str, finish_reason: Any, stop_regex: Sequence[str] = (), no_
         return text
     cut = text.find(matched)
     if cut < 0 and matched in stop_regex:
-        m = regex.search(matched, text)
+        try:
+            m = search_stop_regex(matched, text)
+        except TimeoutError:
+            m = None
         cut = m.start() if m else -1
     return text[:cut] if cut >= 0 else text
 
@@ -82,12 +85,19 @@ def safe_text_len(text: str, stops: Sequence[str], stop_regex: Sequence[str] = (
         cut = text.find(s)
         if cut >= 0:
             end = min(end, cut)
-        for k in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:k]):
-                end = min(end, len(text) - k)
+        # the longest proper prefix of s that text ends with: try only where s[0] occurs
+        i = text.find(s[0], max(0, len(text) - len(s) + 1))
+        while i >= 0:
+            if s.startswith(text[i:]):
+                end = min(end, i)
                 break
+            i = text.find(s[0], i + 1)
     for p in stop_regex:
-        m = regex.search(p, text, pos=min(start, end), partial=True)
+        try:
+            m = search_stop_regex(p, text, pos=min(start, end), partial=True)
+        except TimeoutError:  # the scheduler aborts the request; show nothing more meanwhile
+            end = min(end, start)
+            continue
         if m is not None:
             end = min(end, m.start())
     return end

@@ -12,9 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
-import regex
-
 from radixserve.request import FinishReason
+from radixserve.sampling_params import STOP_REGEX_TIMEOUT_S, search_stop_regex
 from radixserve.scheduler.req import Req
 
 try:  # Python >= 3.11
@@ -79,7 +78,13 @@ class StopChecker:
                     req.finish_reason = FinishReason.stop(s)
                     return
             for p in patterns:
-                if regex.search(p, tail):
+                try:
+                    hit = search_stop_regex(p, tail)
+                except TimeoutError:
+                    req.finish_reason = FinishReason.abort(f"stop_regex: matching {p!r} took over "
+                                                           f"{STOP_REGEX_TIMEOUT_S} s (catastrophic backtracking)")
+                    return
+                if hit:
                     req.finish_reason = FinishReason.stop(p)
                     return
         if len(req.output_ids) >= sp.max_new_tokens:

@@ -13,16 +13,18 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
 from radixserve.config import EngineConfig, ServerConfig
+from radixserve.sampling_params import MAX_CACHE_SALT_LEN
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
 from radixserve.server.cache_inspector import DASHBOARD_PATHS, inspector_router
 from radixserve.server.key_auth import KeyAuthMiddleware
 from radixserve.server.keys import KeyStore
 from radixserve.server.openai_api import openai_router
+from radixserve.server.openapi_doc import body_doc, install_openapi
 from radixserve.server.openai_embeddings import embeddings_router
 from radixserve.server.openai_chat import chat_router
 from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
@@ -77,6 +79,8 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
             raise RequestError(400, "priority: differs from sampling_params.priority; give it once")
         params = [{**p, "priority": obj.priority} for p in params]
     if obj.cache_salt is not None:
+        if not 0 < len(obj.cache_salt) <= MAX_CACHE_SALT_LEN:
+            raise RequestError(400, f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
         if any(p.get("cache_salt", obj.cache_salt) != obj.cache_salt for p in params):
             raise RequestError(400, "cache_salt: differs from sampling_params.cache_salt; give it once")
         params = [{**p, "cache_salt": obj.cache_salt} for p in params]
@@ -91,6 +95,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app = FastAPI(title="radixserve")
     install_error_handlers(app)
     open_paths = ("/health", *DASHBOARD_PATHS)  # the inspector page is static; its data needs a key
+    install_openapi(app)
     if ctx.keys is not None:
         app.add_middleware(KeyAuthMiddleware, store=ctx.keys, open_paths=open_paths)
     elif ctx.server_cfg.api_key:
@@ -101,7 +106,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app.include_router(chat_router(ctx))
     app.include_router(inspector_router(ctx))
 
-    @app.post("/generate")
+    @app.post("/generate", openapi_extra=body_doc(GenerateReqInput, stream=True))
     async def generate(request: Request):
         obj = await parse_body(request, GenerateReqInput)
         prompts, params, names, rids, batched = native_inputs(ctx, obj)
@@ -117,13 +122,13 @@ def create_app(ctx: ServerContext) -> FastAPI:
         outs = [st.to_native(text_fn) for st in states]
         return outs if batched or len(outs) > 1 else outs[0]
 
-    @app.get("/health")
+    @app.get("/health", response_class=Response)
     async def health():
         if not tm.healthy:
             return JSONResponse(error_body(503, f"server unhealthy: {tm.dead_reason}"), status_code=503)
         return Response(status_code=200)
 
-    @app.get("/health_generate")
+    @app.get("/health_generate", response_class=Response)
     async def health_generate():
         reqs = tm.build([tm.encode("hi") or [0]], [{"max_new_tokens": 1, "temperature": 0}], ["text"], None)
         states = tm.submit(reqs)
@@ -138,7 +143,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         return {"model_path": ctx.model_path, "tokenizer_path": ctx.tokenizer_path, "is_generation": True,
                 **await tm.chat_template_info()}
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", openapi_extra=body_doc(TokenizeReqInput))
     async def tokenize(request: Request):
         """{text: str | [str]} -> {input_ids}: the ids /generate uses for that ``text``."""
         obj = await parse_body(request, TokenizeReqInput)
@@ -146,7 +151,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
             return {"input_ids": tm.encode(obj.text)}
         return {"input_ids": [tm.encode(t) for t in obj.text]}
 
-    @app.post("/concate_and_append_request")
+    @app.post("/concate_and_append_request", openapi_extra=body_doc(ConcatAndAppendReqInput))
     async def concate_and_append(request: Request):
         """SGLang's frontend asks to splice the KV of fork branches into the parent; here it is
         a no-op that succeeds: the parent's next request sends the concatenated text, whose
@@ -166,20 +171,21 @@ def create_app(ctx: ServerContext) -> FastAPI:
         info["in_flight_requests"] = len(tm.states)
         return info
 
-    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    @app.get("/flush_cache", operation_id="flush_cache_get")
+    @app.post("/flush_cache", operation_id="flush_cache_post")
     async def flush_cache():
         if await tm.control("flush_cache"):
             return {"success": True, "message": "Cache flushed."}
         raise RequestError(400, "flush_cache: refused while requests are running")
 
-    @app.post("/abort_request")
+    @app.post("/abort_request", openapi_extra=body_doc(AbortReqInput))
     async def abort_request(request: Request):
         obj = await parse_body(request, AbortReqInput)
         if not obj.rid and not obj.abort_all:
             raise RequestError(400, "rid: give a request id or abort_all: true")
         return {"success": True, "aborted": tm.abort_matching("" if obj.abort_all else obj.rid)}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics():
         return Response(tm.metrics.render(), media_type="text/plain; version=0.0.4")
 

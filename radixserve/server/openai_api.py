@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
+from radixserve.server.openapi_doc import body_doc
 from radixserve.server.openai_completion_view import CompletionView, prompt_texts
 from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, CompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
@@ -148,7 +149,7 @@ def openai_router(ctx: Any) -> APIRouter:
         first, events = await first_and_rest(tm.events(states, request.is_disconnected))
         return stream_response(first, events, render, tail)
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", openapi_extra=body_doc(CompletionRequest, stream=True))
     async def completions(request: Request):
         req = await parse_body(request, CompletionRequest)
         if req.suffix:
@@ -166,6 +167,9 @@ def openai_router(ctx: Any) -> APIRouter:
         if not prompts:
             raise RequestError(400, "prompt: the prompt is empty")
         params = sampling_dict(req, req.max_tokens, 16)
+        if req.echo:  # the view decodes the prompts' ids: check them first (out-of-range ids were a 500)
+            for ids, name in zip(prompts, names):
+                tm.check_prompt(ids, name)
         view = CompletionView(tm, prompt_texts(tm, p, prompts) if req.echo else None, req.n)
         # echo with logprobs scores the prompt too (its first token has no logprob)
         states = submit(prompts, names, params, req.rid, req.logprobs, 0 if req.echo else -1)

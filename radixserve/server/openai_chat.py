@@ -22,6 +22,7 @@ from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
 from radixserve.server.openai_api import ChunkStream, _openai_names, finish_str, sampling_dict, usage
+from radixserve.server.openapi_doc import body_doc
 from radixserve.server.protocol import ChatCompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
 from radixserve.server.tool_parsers import HermesParser, ToolParser, make_parser
@@ -136,7 +137,7 @@ def chat_router(ctx: Any) -> APIRouter:
         first, events = await first_and_rest(tm.events(states, request.is_disconnected))
         return stream_response(first, events, render, tail)
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", openapi_extra=body_doc(ChatCompletionRequest, stream=True))
     async def chat(request: Request):
         req = await parse_body(request, ChatCompletionRequest)
         try:
@@ -145,6 +146,9 @@ def chat_router(ctx: Any) -> APIRouter:
             raise RequestError(400, str(e)) from None
         ids = await tm.chat.encode(message_dicts(req), plan.tools)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        if max_tokens is not None and max_tokens < 0:  # named as sent (the builder would say max_tokens)
+            field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+            raise RequestError(400, f"{field}: must be >= 0 (got {max_tokens})")
         params = sampling_dict(req, max_tokens, tm.info.context_len)
         parser = None
         if plan.schema is not None:

@@ -12,21 +12,27 @@ accepted and ignored.  Bad input gets a 400 naming the field (``input.2: ...``).
 from __future__ import annotations
 
 import base64
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, WithJsonSchema
 
 from radixserve.embedding import finalize
 from radixserve.server.http_utils import parse_body
+from radixserve.server.openapi_doc import body_doc
 from radixserve.server.req_state import RequestError
+
+
+# checked by hand (parse_input) so errors name the element (input.2); the schema says what is taken
+_INPUT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"anyOf": [
+    {"type": "string"}, {"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]}}]}
 
 
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
-    input: Any
+    input: Annotated[Any, WithJsonSchema(_INPUT_SCHEMA)]
     model: Optional[str] = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Optional[int] = None
@@ -72,7 +78,7 @@ def embeddings_router(ctx: Any) -> APIRouter:
     tm = ctx.tm
     router = APIRouter()
 
-    @router.post("/v1/embeddings")
+    @router.post("/v1/embeddings", openapi_extra=body_doc(EmbeddingRequest))
     async def embeddings(request: Request):
         req = await parse_body(request, EmbeddingRequest)
         hidden = tm.info.hidden_size

@@ -7,6 +7,8 @@ checked by ``SamplingParams.verify`` and the TokenizerManager, which also name t
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import typing
 from typing import Any, Literal, Optional, Union
 
@@ -216,6 +218,7 @@ class ChatCompletionRequest(_OpenAIBase):
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+_PLAIN = re.compile(r"[\w\-]+")
 
 
 def _clean_loc(loc: tuple) -> str:
@@ -223,7 +226,11 @@ def _clean_loc(loc: tuple) -> str:
     def is_union_tag(p: object) -> bool:  # pydantic labels union branches by type name
         return isinstance(p, str) and ("[" in p or p in _TYPE_TAGS or p[:1].isupper())
 
-    parts = [str(p) for p in loc if p != "body" and not is_union_tag(p)]
+    def component(p: object) -> str:  # a client's dict key may hold anything: keep the path one token
+        s = str(p)
+        return s if _PLAIN.fullmatch(s) else json.dumps(s).replace(" ", "\\u0020")
+
+    parts = [component(p) for p in loc if p != "body" and not is_union_tag(p)]
     return ".".join(parts) or "body"
 
 
@@ -235,6 +242,7 @@ def validation_message(errors: list[dict]) -> str:
     if err.get("type") == "json_invalid":
         ctx = err.get("ctx") or {}
         return f"body: invalid JSON ({ctx.get('error', err.get('msg'))})"
-    if err.get("type") == "missing" and tuple(err.get("loc", ())) == ("body",):
+    if err.get("type") in ("missing", "model_type", "model_attributes_type") and \
+            tuple(err.get("loc", ())) in ((), ("body",)):
         return "body: a JSON object is required"
     return f"{_clean_loc(tuple(err.get('loc', ())))}: {err.get('msg', 'invalid value')}"
