@@ -14,7 +14,7 @@ import soak  # noqa: E402
 def test_short_soak_with_faults(tiny_dir):
     args = soak.parser().parse_args([
         "--model", tiny_dir, "--requests", "200", "--concurrency", "16", "--seed", "1",
-        "--max-total-tokens", "8192", "--pressure-tokens", "512", "--pressure-queue", "12",
+        "--max-total-tokens", "8192", "--pressure-tokens", "256", "--pressure-queue", "12",
         "--stalls", "2", "--stall-s", "1.0", "--stall-gap-s", "0.5", "--deadline-s", "60", "--max-minutes", "4"])
     summary = soak.run_soak(args)
     print(soak.human(summary))
