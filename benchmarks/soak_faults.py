@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -119,7 +120,7 @@ class Supervisor:
         assert self.handle is not None
         try:
             rc = self.handle.proc.wait(timeout)
-        except Exception:  # subprocess.TimeoutExpired
+        except subprocess.TimeoutExpired:
             return None
         self.exit_codes.append(rc)
         return rc
