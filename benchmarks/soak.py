@@ -12,8 +12,10 @@ Phases, in order (the request count is split 5% / 45% / 25% / 25%):
 After each phase (before any restart) the server is drained and checked: ``held_slots == 0``
 and the allocator's invariants (``/get_server_info?check_invariants=true``).  Outcomes are
 defined in soak_client.py; the run passes with zero lost, zero wrong, no leaked slot,
-invariants OK, a server that exited non-zero after the kill and came back healthy, retractions
-under pressure, and (with ``--rss-bound-pct``) RSS growth of the first server within the bound.
+invariants OK, a server that exited non-zero after the kill and came back healthy, and (with
+``--rss-bound-pct``) RSS growth of the first server within the bound.  Retractions under
+pressure are reported, not required: whether the pool runs dry during decode depends on the
+outputs' lengths (tests/test_memory_pressure.py forces them).
 Every request has a deadline and the whole run stops by itself after ``--max-minutes``.
 
     flock /tmp/rs-heavy.lock python benchmarks/soak.py --requests 2000 --concurrency 32
@@ -158,7 +160,6 @@ def summarize(args: argparse.Namespace, phases: list[dict[str, Any]], log: list[
         "invariants_ok": all(p["invariants_ok"] for p in phases),
         "worker_kill_exit_nonzero": kill["worker_kill_exit_code"] not in (None, 0),
         "restart_healthy": kill["requests"] > 0 and kill["counts"].get("ok", 0) > 0,
-        "retractions_under_pressure": pressure["retractions"] > 0,
         "rss_within_bound": args.rss_bound_pct is None or growth <= args.rss_bound_pct,
     }
     return {"requests": args.requests, "concurrency": args.concurrency, "seed": args.seed,
@@ -166,7 +167,7 @@ def summarize(args: argparse.Namespace, phases: list[dict[str, Any]], log: list[
             "server_exit_codes": sup.exit_codes, "restarts": sup.restarts,
             "rss_mb": {"after_warmup": round(rss0, 1), "end": round(rss1, 1), "growth_pct": round(growth, 2),
                        "bound_pct": args.rss_bound_pct},
-            "checks": checks, "pass": all(checks.values())}
+            "retractions_under_pressure": pressure["retractions"], "checks": checks, "pass": all(checks.values())}
 
 
 def human(summary: dict[str, Any]) -> str:
@@ -175,6 +176,7 @@ def human(summary: dict[str, Any]) -> str:
     failed = [k for k, v in summary["checks"].items() if not v]
     return (f"soak: {summary['requests']} requests at concurrency {summary['concurrency']} in "
             f"{summary['duration_s']:.0f} s: {counts}; server exits {summary['server_exit_codes']}; "
+            f"retractions under pressure {summary['retractions_under_pressure']}; "
             f"RSS {r['after_warmup']:.0f} -> {r['end']:.0f} MiB ({r['growth_pct']:+.1f}%): "
             + ("PASS" if summary["pass"] else f"FAIL ({', '.join(failed)})"))
 
