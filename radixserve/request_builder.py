@@ -80,8 +80,10 @@ class RequestBuilder:
             raise ValueError(f"{name}: token ids must be in [0, {vocab})")
         limit = self.limits.max_seq_len
         if len(ids) >= limit:
-            raise ValueError(f"{name}: the prompt has {len(ids)} tokens; at most {limit - 1} fit "
-                             f"(context length {self.limits.context_len}, KV pool {self.limits.kv_capacity})")
+            what = ("larger than the KV pool" if self.limits.kv_capacity <= self.limits.context_len
+                    else "longer than the context length")
+            raise ValueError(f"{name}: the prompt has {len(ids)} tokens; at most {limit - 1} fit, {what} "
+                             f"(context length {self.limits.context_len}, KV pool {self.limits.kv_capacity} tokens)")
 
     def sampling(self, params: ParamsIn) -> SamplingParams:
         """Parse and validate one prompt's parameters: ``verify`` once, the constraint once.

@@ -44,11 +44,19 @@ def test_clamping_against_the_worker_limits():
 
 @pytest.mark.parametrize("ids,needle", [
     ([], "input_ids: the prompt is empty"), ([5, 1000], r"input_ids: token ids must be in \[0, 1000\)"),
-    ([-1], r"input_ids: token ids must be in"), (list(range(64)), "input_ids: the prompt has 64 tokens; at most 63"),
+    ([-1], r"input_ids: token ids must be in"),
+    (list(range(64)), "input_ids: the prompt has 64 tokens; at most 63 fit, longer than the context length"),
 ])
 def test_prompt_errors_name_the_field(ids, needle):
     with pytest.raises(ValueError, match=needle):
         RequestBuilder(Limits.of(INFO)).build([ids], [{}], ["input_ids"])
+
+
+def test_prompt_larger_than_the_pool_says_so():
+    small_pool = RequestBuilder(Limits(vocab_size=1000, context_len=4096, num_slots=33, max_rows=8))
+    needle = "input_ids: the prompt has 40 tokens; at most 31 fit, larger than the KV pool"
+    with pytest.raises(ValueError, match=needle):
+        small_pool.build([[1] * 40], [{"n": 2}], ["input_ids"])
 
 
 def test_request_level_errors():
