@@ -4,7 +4,7 @@
     radixserve generate --chat "Write a haiku about caches" --temperature 0.7
     radixserve serve --port 30000            # HTTP server: /generate and OpenAI /v1
 
-Every field of ModelConfig, CacheConfig and SchedulerConfig is a flag (``--max-total-tokens``,
+Every field of ModelConfig, CacheConfig, SchedulerConfig and ParallelConfig is a flag (``--max-total-tokens``,
 ``--chunked-prefill-size``, ``--schedule-policy``, ``--disable-radix-cache``, ...).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 import typing
 from typing import Any, Optional
 
-from radixserve.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
+from radixserve.config import CacheConfig, EngineConfig, ModelConfig, ParallelConfig, SchedulerConfig, ServerConfig
 
 
 def _flag(name: str) -> str:
@@ -54,6 +54,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         model=config_from_args(ModelConfig, args, path=args.model),
         cache=config_from_args(CacheConfig, args),
         scheduler=config_from_args(SchedulerConfig, args),
+        parallel=config_from_args(ParallelConfig, args),
     )
 
 
@@ -62,6 +63,7 @@ def _engine_parser(p: argparse.ArgumentParser) -> None:
     add_config_args(p, ModelConfig, skip=("path",))
     add_config_args(p, CacheConfig)
     add_config_args(p, SchedulerConfig)
+    add_config_args(p, ParallelConfig)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -69,8 +71,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     engine = Engine(config=engine_config_from_args(args), show_progress=True)
+    numerics = (engine.runner.numerics.describe() if args.tp_size == 1  # tp > 1: the ranks are child processes
+                else f"{engine.info.dtype}, tensor parallel over {args.tp_size} ranks")
     print(f"[radixserve] loaded {engine.model_path} in {time.perf_counter() - t0:.1f}s "
-          f"({engine.runner.numerics.describe()}, {engine.scheduler.kv.capacity} KV slots)", file=sys.stderr)
+          f"({numerics}, {engine.scheduler.kv.capacity} KV slots)", file=sys.stderr)
     prompt = args.prompt
     if args.chat:
         prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,

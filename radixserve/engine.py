@@ -14,6 +14,11 @@ once.  Requests go through the same front door (``RequestBuilder``) and output p
 the shape of the server's /generate.  Invalid input raises ValueError naming the field, in
 the calling thread; a full queue raises OverflowError.  ``shutdown()`` (or leaving a ``with``
 block) stops the driver; it also stops when the Engine is garbage-collected.
+
+Tensor parallelism (``tp_size > 1``): the model runs in child processes, one per rank
+(``worker/group_worker.py``; rank 0 broadcasts each plan and returns the results), and
+``runner`` is the ``RemoteWorker`` that talks to rank 0; ``shutdown`` stops them.  The
+scheduler and everything above it are the same as with one rank.
 """
 from __future__ import annotations
 
@@ -73,14 +78,19 @@ class Engine:
     def __init__(self, model: Optional[str] = None, show_progress: bool = False,
                  config: Optional[EngineConfig] = None, **kwargs: Any) -> None:
         self.config = config or EngineConfig.from_kwargs(model, **kwargs)
-        self.runner, self.info = build_worker(self.config, show_progress)
+        if self.config.parallel.tp_size > 1:
+            from radixserve.worker.group_worker import start_group
+
+            self.runner, self.info = start_group(self.config)
+        else:
+            self.runner, self.info = build_worker(self.config, show_progress)
         self.model_path = self.info.hf_dir
         self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
         self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
         # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
         self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
         self._driver = EngineDriver(self.scheduler, self.tokenizer)
-        self._finalizer = weakref.finalize(self, self._driver.close)
+        self._finalizer = weakref.finalize(self, _stop, self._driver, self.runner)
 
     # ------------------------------------------------------------------ requests
     def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
@@ -208,15 +218,22 @@ class Engine:
         self.run_on_driver(lambda s: s.check_invariants())
 
     def shutdown(self) -> None:
-        """Stop the driver; running requests' futures fail.  Idempotent."""
-        self._finalizer.detach()
-        self._driver.close()
+        """Stop the driver (and a tensor-parallel group's processes); running requests' futures
+        fail.  Idempotent."""
+        self._finalizer()
 
     def __enter__(self) -> "Engine":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _stop(driver: EngineDriver, runner: Any) -> None:
+    driver.close()
+    close = getattr(runner, "close", None)  # a GroupWorker's ranks; a ModelRunner has nothing to stop
+    if close is not None:
+        close()
 
 
 def _chunk(state: OutputState) -> dict:

@@ -4,13 +4,21 @@ Protocol (over two PUSH/PULL links with the scheduler): first the worker sends o
 ``WorkerInfo`` once the model is loaded; then, for every ``StepPlan`` it receives, it sends
 exactly one reply, a ``StepResult`` or a ``WorkerError`` when the step raised (the worker
 keeps serving; the scheduler fails the requests of that step).
+
+With ``tp_size > 1`` this process is rank 0 of the tensor-parallel group: it broadcasts each
+plan to the other ranks (``worker/tp_follower.py``) before stepping it, and a keep-alive
+after every ``KEEPALIVE_S`` idle seconds, so that a dead rank is noticed while idle too; a
+failed collective (``PeerLost``) ends this process with exit code 1, which takes the
+server down as any dead worker does.
 """
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -19,6 +27,8 @@ from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.proc import setup_child
 
 logger = logging.getLogger(__name__)
+
+KEEPALIVE_S = 1.0
 
 
 @dataclass
@@ -31,23 +41,51 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
     setup_child("worker", log_level, parent_pid)
     from tqdm import tqdm
 
+    from radixserve.parallel.group import PeerLost
+    from radixserve.parallel.init import join
     from radixserve.worker.build import build_worker  # here: the scheduler imports this module too
+    from radixserve.worker.model_runner import resolve_device
 
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: SIGTERM would leak it
-    runner, info = build_worker(cfg)
-    logger.info("model loaded from %s: %s (quantization %s) on %s, %d KV slots", info.hf_dir, info.dtype,
-                info.quantization, info.device, info.num_slots)
-    ctx = zmq.Context()
-    plans = make_socket(ctx, zmq.PULL, addrs.sched_to_worker, bind=True)
-    results = make_socket(ctx, zmq.PUSH, addrs.worker_to_sched, bind=False)
-    send_obj(results, info)
-    ready_conn.send(info)
-    ready_conn.close()
+    try:
+        tp = join(cfg.parallel, 0, resolve_device(cfg.model.device))
+        runner, info = build_worker(cfg, tp=tp)
+        logger.info("model loaded from %s: %s (quantization %s) on %s, %d KV slots", info.hf_dir, info.dtype,
+                    info.quantization, info.device, info.num_slots)
+        ctx = zmq.Context()
+        plans = make_socket(ctx, zmq.PULL, addrs.sched_to_worker, bind=True)
+        results = make_socket(ctx, zmq.PUSH, addrs.worker_to_sched, bind=False)
+        send_obj(results, info)
+        ready_conn.send(info)
+        ready_conn.close()
+        if tp.size == 1:
+            serve(runner, plans, results)
+        else:
+            serve_tp(runner, tp, plans, results)
+    except PeerLost as e:
+        logger.error("tensor-parallel rank lost (%s); exiting", e)
+        sys.exit(1)
+
+
+def _step(runner: Any, plan: Any) -> Any:
+    try:
+        return runner.step(plan)
+    except Exception as e:  # one bad step must not take the worker down
+        logger.error("step failed:\n%s", traceback.format_exc())
+        return WorkerError(f"{type(e).__name__}: {e}")
+
+
+def serve(runner: Any, plans: zmq.Socket, results: zmq.Socket) -> None:
     while True:
+        send_obj(results, _step(runner, recv_obj(plans)))
+
+
+def serve_tp(runner: Any, tp: Any, plans: zmq.Socket, results: zmq.Socket) -> None:
+    """Rank 0's loop: every plan goes to every rank first; idle, a keep-alive each second."""
+    while True:
+        if not plans.poll(int(KEEPALIVE_S * 1000)):
+            tp.send(None)
+            continue
         plan = recv_obj(plans)
-        try:
-            reply = runner.step(plan)
-        except Exception as e:  # one bad step must not take the worker down
-            logger.error("step failed:\n%s", traceback.format_exc())
-            reply = WorkerError(f"{type(e).__name__}: {e}")
-        send_obj(results, reply)
+        tp.send(plan)
+        send_obj(results, _step(runner, plan))
