@@ -1,7 +1,8 @@
 """Joining the tensor-parallel group: one ``torch.distributed`` rendezvous per rank.
 
 ``join(parallel, rank, device)`` returns ``NoTP`` for ``tp_size`` 1 (no rendezvous) and a
-``DistTP`` otherwise.  Rank 0 listens at ``dist_init_addr`` (TCP); the rendezvous and every
+``DistTP`` otherwise.  Rank 0 listens at ``dist_init_addr`` (TCP, bound to that address
+only: a loopback address is never reachable from outside); the rendezvous and every
 collective time out after ``dist_timeout`` seconds.  Backend: gloo for CPU tensors, NCCL on
 CUDA (each rank on ``cuda:<local rank>``, with a gloo group beside it for plans).  When the
 address is a loopback one and ``GLOO_SOCKET_IFNAME`` is unset, gloo is bound to ``lo`` so
@@ -12,7 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from typing import Union
+from typing import Any, Union
 
 import torch
 
@@ -36,6 +37,27 @@ def rank_device(device: torch.device, parallel: ParallelConfig, rank: int) -> to
     return torch.device("cuda", rank - parallel.local_ranks().start)
 
 
+def _store(host: str, port: int, rank: int, world: int, timeout: datetime.timedelta) -> Any:
+    """The rendezvous store; rank 0 serves it on a socket bound to ``host`` itself (torch's own
+    listener binds every interface)."""
+    import torch.distributed as dist
+
+    if rank != 0:
+        return dist.TCPStore(host, port, world, False, timeout)
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise RuntimeError(f"dist_init_addr: cannot listen on {host}:{port}: {e}") from e
+    # the store owns the descriptor from here on (detach: Python must never close it)
+    return dist.TCPStore(host, port, world, True, timeout, wait_for_workers=False, master_listen_fd=sock.detach(),
+                         use_libuv=False)
+
+
 def join(parallel: ParallelConfig, rank: int, device: torch.device) -> Union[NoTP, DistTP]:
     """Rendezvous as ``rank`` of ``parallel.tp_size``; raises RuntimeError/ValueError on failure
     (timeout, address in use) so that the rank's process exits non-zero."""
@@ -52,7 +74,7 @@ def join(parallel: ParallelConfig, rank: int, device: torch.device) -> Union[NoT
     backend = "nccl" if device.type == "cuda" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(rank_device(device, parallel, rank))
-    dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank,
-                            world_size=parallel.tp_size, timeout=timeout)
+    store = _store(host.strip("[]"), int(port), rank, parallel.tp_size, timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=parallel.tp_size, timeout=timeout)
     control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     return DistTP(rank, parallel.tp_size, control)

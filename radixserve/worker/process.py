@@ -14,7 +14,7 @@ server down as any dead worker does.
 from __future__ import annotations
 
 import logging
-import sys
+import os
 import threading
 import traceback
 from dataclasses import dataclass
@@ -64,7 +64,8 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
             serve_tp(runner, tp, plans, results)
     except PeerLost as e:
         logger.error("tensor-parallel rank lost (%s); exiting", e)
-        sys.exit(1)
+        logging.shutdown()
+        os._exit(1)  # at once: the group's teardown at exit would wait on the dead peer
 
 
 def _step(runner: Any, plan: Any) -> Any:

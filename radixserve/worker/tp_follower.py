@@ -8,7 +8,7 @@ every child when the process that started it dies.
 from __future__ import annotations
 
 import logging
-import sys
+import os
 import traceback
 
 from radixserve.config import EngineConfig
@@ -41,4 +41,5 @@ def run_follower(cfg: EngineConfig, log_level: str, rank: int, ready_conn, paren
                 logger.error("step failed:\n%s", traceback.format_exc())
     except PeerLost as e:
         logger.error("tensor-parallel rank %d lost its group (%s); exiting", rank, e)
-        sys.exit(1)
+        logging.shutdown()
+        os._exit(1)  # at once: the group's teardown at exit would wait on the dead peer
