@@ -63,7 +63,8 @@ class TPLayout:
             sharing = sum(1 for r in range(size) if r * kv // size == kv_start)
             off, nq = _even_split(group, sharing, rank - first)
             q_start = kv_start * group + off
-        if nq == 0 or config.intermediate_size < size:
+        short = kv < size and group < -(-size // kv)  # some rank would get no query head
+        if short or config.intermediate_size < size:
             raise ValueError(f"tp_size: {size} ranks cannot split {heads} attention heads "
                              f"({kv} KV heads) and {config.intermediate_size} MLP columns")
         mlp_start, inter = _even_split(config.intermediate_size, size, rank)
