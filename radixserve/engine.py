@@ -85,11 +85,15 @@ class Engine:
         else:
             self.runner, self.info = build_worker(self.config, show_progress)
         self.model_path = self.info.hf_dir
-        self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
-        self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
-        # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
-        self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
-        self._driver = EngineDriver(self.scheduler, self.tokenizer)
+        try:
+            self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
+            self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
+            # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
+            self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
+            self._driver = EngineDriver(self.scheduler, self.tokenizer)
+        except BaseException:
+            _close_runner(self.runner)
+            raise
         self._finalizer = weakref.finalize(self, _stop, self._driver, self.runner)
 
     # ------------------------------------------------------------------ requests
@@ -229,11 +233,15 @@ class Engine:
         self.shutdown()
 
 
-def _stop(driver: EngineDriver, runner: Any) -> None:
-    driver.close()
+def _close_runner(runner: Any) -> None:
     close = getattr(runner, "close", None)  # a GroupWorker's ranks; a ModelRunner has nothing to stop
     if close is not None:
         close()
+
+
+def _stop(driver: EngineDriver, runner: Any) -> None:
+    driver.close()
+    _close_runner(runner)
 
 
 def _chunk(state: OutputState) -> dict:
