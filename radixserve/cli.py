@@ -6,7 +6,7 @@
     radixserve serve --dp-size 2             # two replicas behind the cache-aware router
     radixserve router --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002
 
-Every field of ModelConfig, CacheConfig and SchedulerConfig is a flag (``--max-total-tokens``,
+Every field of ModelConfig, CacheConfig, SchedulerConfig and ParallelConfig is a flag (``--max-total-tokens``,
 ``--chunked-prefill-size``, ``--schedule-policy``, ``--disable-radix-cache``, ...).
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ import time
 import typing
 from typing import Any, Optional
 
-from radixserve.config import CacheConfig, EngineConfig, ModelConfig, RouterConfig, SchedulerConfig, ServerConfig
+from radixserve.config import (CacheConfig, EngineConfig, ModelConfig, ParallelConfig, RouterConfig, SchedulerConfig,
+                               ServerConfig)
 
 
 def _flag(name: str) -> str:
@@ -56,6 +57,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         model=config_from_args(ModelConfig, args, path=args.model),
         cache=config_from_args(CacheConfig, args),
         scheduler=config_from_args(SchedulerConfig, args),
+        parallel=config_from_args(ParallelConfig, args),
     )
 
 
@@ -64,6 +66,7 @@ def _engine_parser(p: argparse.ArgumentParser) -> None:
     add_config_args(p, ModelConfig, skip=("path",))
     add_config_args(p, CacheConfig)
     add_config_args(p, SchedulerConfig)
+    add_config_args(p, ParallelConfig)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -71,8 +74,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     engine = Engine(config=engine_config_from_args(args), show_progress=True)
+    numerics = (engine.runner.numerics.describe() if args.tp_size == 1  # tp > 1: the ranks are child processes
+                else f"{engine.info.dtype}, tensor parallel over {args.tp_size} ranks")
     print(f"[radixserve] loaded {engine.model_path} in {time.perf_counter() - t0:.1f}s "
-          f"({engine.runner.numerics.describe()}, {engine.scheduler.kv.capacity} KV slots)", file=sys.stderr)
+          f"({numerics}, {engine.scheduler.kv.capacity} KV slots)", file=sys.stderr)
     prompt = args.prompt
     if args.chat:
         prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,

@@ -218,22 +218,65 @@ class RouterConfig:
 
 
 @dataclass(frozen=True)
+class ParallelConfig:
+    """Tensor parallelism (``radixserve/parallel/``, docs/TENSOR_PARALLEL.md).
+
+    ``tp_size`` ranks, one worker process each, split every layer's heads, MLP columns and
+    vocabulary over ``torch.distributed`` (gloo on the CPU, NCCL on CUDA).  Across machines,
+    ``nnodes`` commands are started with the same flags and their own ``node_rank``; each runs
+    ``tp_size / nnodes`` ranks, node 0 also the scheduler and HTTP server.  ``dist_init_addr``
+    ("HOST:PORT", required with ``nnodes > 1``) is where rank 0 listens for the rendezvous; on
+    one node a free loopback port is picked.  ``dist_timeout`` (seconds) bounds the rendezvous
+    and every collective, so a stuck rank never hangs the others.
+    """
+
+    tp_size: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: Optional[str] = None
+    dist_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.tp_size < 1:
+            raise ValueError("tp_size: must be >= 1")
+        if self.nnodes < 1 or self.tp_size % self.nnodes:
+            raise ValueError(f"nnodes: must be >= 1 and divide tp_size ({self.tp_size})")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank: must be in [0, nnodes) = [0, {self.nnodes})")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("dist_init_addr: required (HOST:PORT) with nnodes > 1")
+        if self.dist_init_addr is not None:
+            host, _, port = self.dist_init_addr.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"dist_init_addr: expected HOST:PORT, got {self.dist_init_addr!r}")
+        if self.dist_timeout <= 0:
+            raise ValueError("dist_timeout: must be > 0 seconds")
+
+    def local_ranks(self) -> range:
+        """The global ranks this node runs (rank 0, the one that returns results, is on node 0)."""
+        per_node = self.tp_size // self.nnodes
+        return range(self.node_rank * per_node, (self.node_rank + 1) * per_node)
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything the in-process Engine needs."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     @classmethod
     def from_kwargs(cls, model: Optional[str] = None, **kwargs: Any) -> "EngineConfig":
         """Build from flat keyword arguments, e.g. ``EngineConfig.from_kwargs(dtype="float32",
         max_total_tokens=4096)``.  Unknown names raise TypeError naming them."""
-        parts: dict[str, dict[str, Any]] = {"model": {"path": model}, "cache": {}, "scheduler": {}}
+        parts: dict[str, dict[str, Any]] = {"model": {"path": model}, "cache": {}, "scheduler": {}, "parallel": {}}
         owners = {
             "model": {f.name for f in fields(ModelConfig)},
             "cache": {f.name for f in fields(CacheConfig)},
             "scheduler": {f.name for f in fields(SchedulerConfig)},
+            "parallel": {f.name for f in fields(ParallelConfig)},
         }
         for key, value in kwargs.items():
             for part, names in owners.items():
@@ -246,4 +289,5 @@ class EngineConfig:
             model=ModelConfig(**parts["model"]),
             cache=CacheConfig(**parts["cache"]),
             scheduler=SchedulerConfig(**parts["scheduler"]),
+            parallel=ParallelConfig(**parts["parallel"]),
         )

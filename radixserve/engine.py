@@ -16,6 +16,11 @@ the calling thread; a full queue raises OverflowError.  ``shutdown()`` (or leavi
 block) stops the driver; it also stops when the Engine is garbage-collected.  With
 ``cache_persist_dir`` the persisted prefixes are loaded at construction and saved by
 ``shutdown()`` (or ``persist_cache()``); the interval writer is the server's only.
+
+Tensor parallelism (``tp_size > 1``): the model runs in child processes, one per rank
+(``worker/group_worker.py``; rank 0 broadcasts each plan and returns the results), and
+``runner`` is the ``RemoteWorker`` that talks to rank 0; ``shutdown`` stops them.  The
+scheduler and everything above it are the same as with one rank.
 """
 from __future__ import annotations
 
@@ -76,19 +81,29 @@ class Engine:
     def __init__(self, model: Optional[str] = None, show_progress: bool = False,
                  config: Optional[EngineConfig] = None, **kwargs: Any) -> None:
         self.config = config or EngineConfig.from_kwargs(model, **kwargs)
-        self.runner, self.info = build_worker(self.config, show_progress)
+        if self.config.parallel.tp_size > 1:
+            from radixserve.worker.group_worker import start_group
+
+            self.runner, self.info = start_group(self.config)
+        else:
+            self.runner, self.info = build_worker(self.config, show_progress)
         self.model_path = self.info.hf_dir
-        self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
-        self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
-        # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
-        self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
-        self._persister: Optional[CachePersister] = None  # warm restart (cache_persist_dir)
-        store = build_prefix_store(self.config, self.runner, self.info)
-        if store is not None:
-            self._persister = CachePersister(self.scheduler.kv, store, self.config.cache, self.info.kv_bytes_per_slot)
-            self._persister.restore()
-        self._driver = EngineDriver(self.scheduler, self.tokenizer)
-        self._finalizer = weakref.finalize(self, self._driver.close)
+        try:
+            self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
+            self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
+            # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
+            self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
+            self._persister: Optional[CachePersister] = None  # warm restart (cache_persist_dir)
+            store = build_prefix_store(self.config, self.runner, self.info)
+            if store is not None:
+                self._persister = CachePersister(self.scheduler.kv, store, self.config.cache,
+                                                 self.info.kv_bytes_per_slot)
+                self._persister.restore()
+            self._driver = EngineDriver(self.scheduler, self.tokenizer)
+        except BaseException:
+            _close_runner(self.runner)
+            raise
+        self._finalizer = weakref.finalize(self, _stop, self._driver, self.runner)
 
     # ------------------------------------------------------------------ requests
     def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
@@ -222,22 +237,32 @@ class Engine:
         return persister is not None and self.run_on_driver(lambda s: persister.save(wait=True)).ok
 
     def shutdown(self) -> None:
-        """Persist the prefix cache (with ``cache_persist_dir``), then stop the driver; running
-        requests' futures fail.  Idempotent."""
+        """Persist the prefix cache (with ``cache_persist_dir``), then stop the driver (and a
+        tensor-parallel group's processes); running requests' futures fail.  Idempotent."""
         if self._persister is not None and self._finalizer.alive:
             try:
                 self.persist_cache()
             except Exception:  # e.g. the driver died: stopping must still work
                 logger.exception("could not persist the prefix cache")
         self._persister = None
-        self._finalizer.detach()
-        self._driver.close()
+        self._finalizer()
 
     def __enter__(self) -> "Engine":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _close_runner(runner: Any) -> None:
+    close = getattr(runner, "close", None)  # a GroupWorker's ranks; a ModelRunner has nothing to stop
+    if close is not None:
+        close()
+
+
+def _stop(driver: EngineDriver, runner: Any) -> None:
+    driver.close()
+    _close_runner(runner)
 
 
 def _chunk(state: OutputState) -> dict:

@@ -261,6 +261,7 @@ LAYERS: list[set[str]] = [
     {"radixserve.request_builder"},
     {"radixserve.kernels"},
     {"radixserve.attention"},
+    {"radixserve.parallel"},
     {"radixserve.model"},
     {"radixserve.speculative"},
     {"radixserve.worker"},

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from radixserve.model.fused_ops import TorchOps
+from radixserve.parallel.group import NoTP
 
 
 class RMSNorm(nn.Module):
@@ -86,14 +87,17 @@ class RotaryEmbedding(nn.Module):
 
 
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)) with gate and up fused into one matmul."""
+    """down(silu(gate(x)) * up(x)) with gate and up fused into one matmul.  Under tensor
+    parallelism ``intermediate`` is this rank's share and ``tp`` sums the ranks' outputs."""
 
-    def __init__(self, hidden: int, intermediate: int, bias: bool = False, ops: type[TorchOps] = TorchOps) -> None:
+    def __init__(self, hidden: int, intermediate: int, bias: bool = False, ops: type[TorchOps] = TorchOps,
+                 tp: Any = None) -> None:
         super().__init__()
         self.intermediate = intermediate
         self.ops = ops
+        self.tp = tp or NoTP()
         self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_mul(self.gate_up_proj(x)))
+        return self.tp.all_reduce(self.down_proj(self.ops.silu_mul(self.gate_up_proj(x))))

@@ -3,6 +3,11 @@
 Written against ``ForwardBatch``: tokens of all requests are packed in one dimension and
 attention goes through an ``AttentionBackend``.  Weight names follow Hugging Face's so that
 checkpoints load directly (q/k/v and gate/up are fused at load time).
+
+Tensor parallelism: built with a ``TPLayout`` and a group (``parallel/``), a rank holds its
+query/KV heads, MLP columns and vocabulary shard (sliced at load time); o_proj and down_proj
+outputs are all-reduced and the logits gathered on rank 0 (None on the other ranks).  With
+the default ``NoTP`` group the collectives are identities and the layers are the full ones.
 """
 from __future__ import annotations
 
@@ -15,6 +20,9 @@ from torch import nn
 from radixserve.attention.base import AttentionBackend, ForwardBatch
 from radixserve.model.fused_ops import TorchOps
 from radixserve.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, rope_parameters
+from radixserve.model.tp_layers import VocabParallelEmbedding
+from radixserve.parallel.group import NoTP
+from radixserve.parallel.layout import TPLayout
 
 
 def _qkv_bias(config: Any) -> bool:
@@ -22,12 +30,13 @@ def _qkv_bias(config: Any) -> bool:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding, layout: TPLayout, tp: Any) -> None:
         super().__init__()
         self.layer_id = layer_id
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.num_heads = layout.num_heads  # this rank's heads (all of them without TP)
+        self.num_kv_heads = layout.num_kv_heads
+        self.head_dim = layout.head_dim
+        self.tp = tp
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.scaling = self.head_dim ** -0.5
@@ -42,16 +51,18 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         self.rotary(batch.positions, q, k)
         out = backend.forward(q, k, v, self.layer_id, self.scaling, batch)
-        return self.o_proj(out.reshape(-1, self.q_size))
+        return self.tp.all_reduce(self.o_proj(out.reshape(-1, self.q_size)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding, ops: type[TorchOps]) -> None:
+    def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding, ops: type[TorchOps], layout: TPLayout,
+                 tp: Any) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.self_attn = Attention(config, layer_id, rotary)
+        self.self_attn = Attention(config, layer_id, rotary, layout, tp)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, bool(getattr(config, "mlp_bias", False)), ops)
+        self.mlp = GatedMLP(config.hidden_size, layout.intermediate, bool(getattr(config, "mlp_bias", False)), ops,
+                            tp)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
                 backend: AttentionBackend) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,17 +81,23 @@ class LlamaForCausalLM(nn.Module):
     last new token of each request), so the LM head never runs over a whole prompt unless
     prompt logprobs are asked for."""
 
-    def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps) -> None:
+    def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps, tp: Any = None,
+                 layout: Optional[TPLayout] = None) -> None:
         super().__init__()
         self.config = config
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.rotary = RotaryEmbedding(head_dim, max_positions, rope_parameters(config), ops)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i, self.rotary, ops) for i in range(config.num_hidden_layers))
+        self.tp = tp or NoTP()
+        self.layout = layout or TPLayout.of(config)
+        self.rotary = RotaryEmbedding(self.layout.head_dim, max_positions, rope_parameters(config), ops)
+        if self.layout.size == 1:
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        else:
+            self.embed_tokens = VocabParallelEmbedding(self.layout, config.hidden_size, self.tp)
+        self.layers = nn.ModuleList(DecoderLayer(config, i, self.rotary, ops, self.layout, self.tp)
+                                    for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, ops)
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
         if not self.tie_word_embeddings:
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.lm_head = nn.Linear(config.hidden_size, self.layout.vocab_shard, bias=False)
         # a quantized LM head for calls of at most lm_head_max_m rows (model/quant.py)
         self.lm_head_quant: Optional[nn.Module] = None
         self.lm_head_max_m: Optional[int] = None
@@ -105,15 +122,15 @@ class LlamaForCausalLM(nn.Module):
         return x
 
     @torch.inference_mode()
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """fp32 logits of final hidden states ``x``."""
+    def logits(self, x: torch.Tensor) -> Optional[torch.Tensor]:
+        """fp32 logits of final hidden states ``x`` (under TP: on rank 0; None on the others)."""
         if self.lm_head_quant is not None and (self.lm_head_max_m is None or x.shape[0] <= self.lm_head_max_m):
             return self.lm_head_quant(x).float()
-        return F.linear(x, self.lm_head_weight()).float()
+        return self.tp.gather_vocab(F.linear(x, self.lm_head_weight()).float(), self.config.vocab_size)
 
     # ------------------------------------------------------------------ weights
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load Hugging Face-named tensors, fusing q/k/v and gate/up projections."""
+        """Load Hugging Face-named tensors (this rank's slice of each), fusing q/k/v and gate/up projections."""
         params = dict(self.named_parameters())
         pending: dict[str, dict[str, torch.Tensor]] = {}
         fused = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
@@ -126,6 +143,7 @@ class LlamaForCausalLM(nn.Module):
                 continue
             if name == "lm_head.weight" and self.tie_word_embeddings:
                 continue
+            tensor = self.layout.shard(name, tensor)
             for short, (target, idx) in fused.items():
                 if f".{short}." in name:
                     fused_name = name.replace(short, target)

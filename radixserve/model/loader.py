@@ -112,17 +112,18 @@ def iter_weights(hf_dir: str):
 
 def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.device, max_positions: int,
                show_progress: bool = False, quantization: str = "none",
-               max_m: Optional[int] = None) -> torch.nn.Module:
+               max_m: Optional[int] = None, tp: Any = None, layout: Any = None) -> torch.nn.Module:
     """The model in eval mode, weights in ``dtype``.  With a ``quantization`` method
     (``model/quant.py``) the weights load in fp32, the decoder's linear layers are quantized
     from them (for ``dtype`` activations, with input scales from ``model/calibration.py``;
     ``max_m``: see QuantLinear), then the rest is cast to ``dtype``: the fp32 copy is
-    transient (4 bytes per parameter while loading)."""
+    transient (4 bytes per parameter while loading).  ``tp``/``layout``: a tensor-parallel
+    rank's group and ``TPLayout`` (each full tensor is read, then sliced to the rank's part)."""
     from radixserve.model.fused_ops import select_ops
     from radixserve.model.llama import LlamaForCausalLM
 
     with torch.device(device):
-        model = LlamaForCausalLM(config, max_positions, select_ops(device, dtype))
+        model = LlamaForCausalLM(config, max_positions, select_ops(device, dtype), tp, layout)
         model.to(torch.float32 if quantization != "none" else dtype)
     weights = iter_weights(hf_dir)
     if show_progress:

@@ -1,5 +1,7 @@
 """Launch the runtime: model worker, scheduler and detokenizer processes plus the HTTP
-server in this process.
+server in this process (with ``tp_size > 1`` also this node's other tensor-parallel ranks,
+watched like the other children; a node with ``node_rank > 0`` runs only its ranks:
+``server/follower_node.py``).
 
 Contract: ``serve`` starts the children (multiprocessing "spawn"), waits until each says
 it is ready, then runs uvicorn.  If a child dies at any time, /health turns 503, pending
@@ -66,6 +68,10 @@ class Launcher:
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        from radixserve.worker.tp_group import start_followers
+
+        for name, (p, conn) in start_followers(self.cfg, self.log_level, os.getpid()).items():
+            self.procs[name], self.conns[name] = p, conn
         ctx = mp.get_context("spawn")
         entries = {"worker": _worker_entry, "scheduler": _scheduler_entry, "detokenizer": _detokenizer_entry}
         for name, entry in entries.items():
@@ -105,7 +111,7 @@ class Launcher:
         ``PERSIST_GRACE_S`` for the scheduler when it persists the prefix cache on SIGTERM and
         the worker, which writes the file and is stopped after it, is alive); idempotent."""
         with self._lock:
-            for name in self.ORDER:
+            for name in [*self.ORDER, *(n for n in self.procs if n not in self.ORDER)]:
                 p = self.procs.get(name)
                 if p is None or p.exitcode is not None:
                     continue
@@ -175,7 +181,15 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
 
         hf_dir = resolve_hf_dir(hf_dir, show_progress=True)  # converts a GGUF once, here
     cfg = dataclasses.replace(engine_cfg, model=dataclasses.replace(engine_cfg.model, path=hf_dir))
-    launcher = Launcher(cfg, server_cfg.log_level)
+    if cfg.parallel.node_rank > 0:
+        from radixserve.server.follower_node import serve_ranks
+
+        if usage_db is not None:
+            usage_db.close()
+        return serve_ranks(cfg, server_cfg.log_level)
+    from radixserve.worker.tp_group import with_rendezvous
+
+    launcher = Launcher(with_rendezvous(cfg), server_cfg.log_level)
     try:
         launcher.start()
         tokenizer_path = cfg.model.tokenizer_path or hf_dir

@@ -1,11 +1,13 @@
 """Builds the model worker: weights, KV pools, attention and sampler, and the limits it reports.
 
-Used by the worker process and by the in-process ``Engine`` (the one place the worker is wired).
+Used by the worker process and by the in-process ``Engine`` (the one place the worker is wired),
+and by every tensor-parallel rank (with its group, ``parallel/``).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Optional
+from typing import Any, Optional
 
 from radixserve.config import EngineConfig
 from radixserve.ipc.worker_link import WorkerInfo
@@ -22,15 +24,33 @@ def check_config(cfg: EngineConfig) -> None:
     """Raise ValueError naming an option this runtime does not implement."""
     if cfg.cache.page_size != 1:
         raise ValueError("page_size: only page size 1 is implemented")
+    if cfg.parallel.tp_size > 1:
+        if cfg.model.quantization not in ("none", "auto"):
+            raise ValueError(f"quantization: {cfg.model.quantization} is not implemented with tp_size > 1 "
+                             "(use none)")
+        if cfg.scheduler.speculative_algorithm == "draft":
+            raise ValueError("speculative_algorithm: draft is not implemented with tp_size > 1 (use ngram or none)")
+        if cfg.cache.cache_persist_dir:
+            raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size > 1 "
+                             "(each rank holds only its KV heads)")
 
 
-def build_worker(cfg: EngineConfig, show_progress: bool = True) -> tuple[ModelRunner, WorkerInfo]:
-    """Load the model; returns (ModelRunner, the WorkerInfo it reports to the scheduler)."""
+def tp_model_config(cfg: EngineConfig) -> EngineConfig:
+    """With ``tp_size > 1``, ``quantization`` "auto" means "none" (TP shards dense weights only)."""
+    if cfg.parallel.tp_size > 1 and cfg.model.quantization == "auto":
+        return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, quantization="none"))
+    return cfg
+
+
+def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) -> tuple[ModelRunner, WorkerInfo]:
+    """Load the model; returns (ModelRunner, the WorkerInfo it reports to the scheduler).
+    ``tp``: this rank's tensor-parallel group (``parallel.init.join``), None for one rank."""
     check_config(cfg)
+    cfg = tp_model_config(cfg)
     tune_malloc()
-    set_threads()
+    set_threads(len(cfg.parallel.local_ranks()))
     hf_dir = loader.resolve_hf_dir(cfg.model.path, show_progress)
-    runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress)
+    runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress, tp)
     pool = runner.kv_pool
     info = WorkerInfo(num_slots=runner.kv_pool.num_slots, max_rows=runner.req_to_token.size,
                       context_len=runner.context_len, vocab_size=runner.vocab_size,
@@ -43,6 +63,9 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True) -> tuple[ModelRu
 
 def build_prefix_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -> Optional[PrefixStore]:
     """The warm-restart store over the runner's KV pool, when ``cache_persist_dir`` is set."""
+    if cfg.cache.persists and cfg.parallel.tp_size > 1:
+        raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size > 1 "
+                         "(each rank holds only its KV heads)")
     if not cfg.cache.persists:
         if cfg.cache.cache_persist_dir:
             logger.warning("cache_persist_dir ignored: disable_radix_cache leaves nothing to persist")

@@ -2,12 +2,17 @@
 
 ``ModelRunner.step(plan)`` executes one ``StepPlan`` and returns a ``StepResult``.  The same
 object serves in-process (the Engine) and inside a worker process.
+
+Under tensor parallelism (``tp``, a ``parallel.group.DistTP``) every rank runs a ModelRunner
+over its shard and steps the same plans; rank 0 gets the gathered logits and samples, the
+other ranks only run the forward (their ``StepResult`` has no tokens and is dropped).  The
+ranks agree on rank 0's numerics and on the smallest KV pool any of them can hold.
 """
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -19,6 +24,8 @@ from radixserve.ipc.worker_link import StepOutput, StepPlan, StepResult, TokenLo
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
+from radixserve.parallel.group import NoTP
+from radixserve.parallel.layout import TPLayout
 from radixserve.worker.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
@@ -48,30 +55,38 @@ def context_length(config: Any, model_cfg: ModelConfig) -> int:
     return int(model_cfg.context_length or getattr(config, "max_position_embeddings", 4096))
 
 
-def kv_pool_slots(config: Any, cache_cfg: CacheConfig, dtype: torch.dtype, device: torch.device) -> int:
-    """``--max-total-tokens`` if given, else ``mem_fraction_static`` of free memory (plus slot 0)."""
+def kv_pool_slots(config: Any, cache_cfg: CacheConfig, dtype: torch.dtype, device: torch.device,
+                  num_kv_heads: Optional[int] = None) -> int:
+    """``--max-total-tokens`` if given, else ``mem_fraction_static`` of free memory (plus slot 0);
+    ``num_kv_heads``: the heads this rank stores (default: all)."""
     if cache_cfg.max_total_tokens:
         return int(cache_cfg.max_total_tokens) + 1
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_slot = KVPool.bytes_per_slot(config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype)
+    per_slot = KVPool.bytes_per_slot(config.num_hidden_layers, num_kv_heads or config.num_key_value_heads,
+                                     head_dim, dtype)
     return max(2, int(_free_memory_bytes(device) * cache_cfg.mem_fraction_static) // per_slot)
 
 
 class ModelRunner:
     def __init__(self, model_cfg: ModelConfig, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig,
-                 hf_dir: str, show_progress: bool = False) -> None:
+                 hf_dir: str, show_progress: bool = False, tp: Any = None) -> None:
+        self.tp = tp or NoTP()
         self.device = resolve_device(model_cfg.device)
+        if self.device.type == "cuda" and self.tp.size > 1:
+            self.device = torch.device("cuda", torch.cuda.current_device())  # set per rank by parallel.init
         self.config = loader.load_config(hf_dir)
-        self.numerics = resolve_numerics(model_cfg, self.device, self.config, hf_dir)
+        self.numerics = self.tp.from_leader(resolve_numerics(model_cfg, self.device, self.config, hf_dir))
         self.dtype = self.numerics.dtype
         torch.manual_seed(model_cfg.seed)
         self.context_len = context_length(self.config, model_cfg)
+        layout = TPLayout.of(self.config, self.tp.rank, self.tp.size)
         self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
                                        show_progress=show_progress, quantization=self.numerics.quantization,
-                                       max_m=self.numerics.max_m)
+                                       max_m=self.numerics.max_m, tp=self.tp, layout=layout)
         head_dim = self.model.layers[0].self_attn.head_dim
-        num_slots = kv_pool_slots(self.config, cache_cfg, self.dtype, self.device)  # after the weights
-        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, self.config.num_key_value_heads,
+        num_slots = self.tp.min_int(kv_pool_slots(self.config, cache_cfg, self.dtype, self.device,
+                                                  layout.num_kv_heads))  # after the weights
+        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, layout.num_kv_heads,
                               head_dim, self.dtype, self.device)
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
         self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device)
@@ -157,7 +172,7 @@ class ModelRunner:
         if pools:
             pooled_logits = forward_pooled(self.model, batch, self.backend, logit_rows, pools, plan.reqs, outputs)
             self.draft.mirror(batch)
-            if pooled_logits is not None:
+            if pooled_logits is not None:  # None also on tensor-parallel ranks other than 0
                 self._prompt_logprobs(plan, pooled_logits, spans, outputs)
                 self._sample(plan, pooled_logits, spans, outputs)
             return StepResult(outputs)
@@ -167,6 +182,8 @@ class ModelRunner:
             return StepResult(outputs)
         logits = self.model(batch, self.backend, torch.tensor(logit_rows, dtype=torch.int64, device=dev))
         self.draft.mirror(batch)
+        if logits is None:  # a tensor-parallel rank other than 0: rank 0 samples
+            return StepResult(outputs)
         self._prompt_logprobs(plan, logits, spans, outputs)
         self._sample(plan, logits, spans, outputs)
         return StepResult(outputs)
@@ -219,8 +236,9 @@ class ModelRunner:
             outputs[i].next_logprob = lp_list.get(j)
 
 
-def set_threads() -> None:
-    """Use every core for intra-op parallelism unless the user pinned it."""
+def set_threads(ranks_here: int = 1) -> None:
+    """Use every core for intra-op parallelism (shared by the ``ranks_here`` tensor-parallel
+    ranks of this machine) unless the user pinned it."""
     if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks_here))
 

@@ -5,13 +5,21 @@ Protocol (over two PUSH/PULL links with the scheduler): first the worker sends o
 exactly one reply, a ``StepResult`` or a ``WorkerError`` when the step raised (the worker
 keeps serving; the scheduler fails the requests of that step).  With ``cache_persist_dir``,
 ``KVSaveReq``/``KVRestoreReq`` (``ipc/persist_link.py``) are answered the same way, between steps.
+
+With ``tp_size > 1`` this process is rank 0 of the tensor-parallel group: it broadcasts each
+plan to the other ranks (``worker/tp_follower.py``) before stepping it, and a keep-alive
+after every ``KEEPALIVE_S`` idle seconds, so that a dead rank is noticed while idle too; a
+failed collective (``PeerLost``) ends this process with exit code 1, which takes the
+server down as any dead worker does.  (Warm restart is refused with tp_size > 1.)
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -20,6 +28,8 @@ from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.proc import setup_child
 
 logger = logging.getLogger(__name__)
+
+KEEPALIVE_S = 1.0
 
 
 @dataclass
@@ -32,30 +42,58 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
     setup_child("worker", log_level, parent_pid)
     from tqdm import tqdm
 
-    from radixserve.ipc.persist_link import KVRestoreReq, KVSaveReq
+    from radixserve.parallel.group import PeerLost
+    from radixserve.parallel.init import join
     from radixserve.worker.build import build_prefix_store, build_worker  # here: the scheduler imports this module
+    from radixserve.worker.model_runner import resolve_device
 
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: SIGTERM would leak it
-    runner, info = build_worker(cfg)
-    logger.info("model loaded from %s: %s (quantization %s) on %s, %d KV slots", info.hf_dir, info.dtype,
-                info.quantization, info.device, info.num_slots)
-    ctx = zmq.Context()
-    plans = make_socket(ctx, zmq.PULL, addrs.sched_to_worker, bind=True)
-    results = make_socket(ctx, zmq.PUSH, addrs.worker_to_sched, bind=False)
-    send_obj(results, info)
-    ready_conn.send(info)
-    ready_conn.close()
-    store = build_prefix_store(cfg, runner, info)
+    try:
+        tp = join(cfg.parallel, 0, resolve_device(cfg.model.device))
+        runner, info = build_worker(cfg, tp=tp)
+        logger.info("model loaded from %s: %s (quantization %s) on %s, %d KV slots", info.hf_dir, info.dtype,
+                    info.quantization, info.device, info.num_slots)
+        ctx = zmq.Context()
+        plans = make_socket(ctx, zmq.PULL, addrs.sched_to_worker, bind=True)
+        results = make_socket(ctx, zmq.PUSH, addrs.worker_to_sched, bind=False)
+        send_obj(results, info)
+        ready_conn.send(info)
+        ready_conn.close()
+        if tp.size == 1:
+            serve(runner, build_prefix_store(cfg, runner, info), plans, results)
+        else:
+            serve_tp(runner, tp, plans, results)
+    except PeerLost as e:
+        logger.error("tensor-parallel rank lost (%s); exiting", e)
+        logging.shutdown()
+        os._exit(1)  # at once: the group's teardown at exit would wait on the dead peer
+
+
+def _step(runner: Any, plan: Any, store: Any = None) -> Any:
+    from radixserve.ipc.persist_link import KVRestoreReq, KVSaveReq
+
+    try:
+        if isinstance(plan, KVSaveReq) and store is not None:
+            return store.save_prefixes(plan)
+        if isinstance(plan, KVRestoreReq) and store is not None:
+            return store.restore_prefixes(plan)
+        return runner.step(plan)
+    except Exception as e:  # one bad step must not take the worker down
+        logger.error("step failed:\n%s", traceback.format_exc())
+        return WorkerError(f"{type(e).__name__}: {e}")
+
+
+def serve(runner: Any, store: Any, plans: zmq.Socket, results: zmq.Socket) -> None:
     while True:
-        msg = recv_obj(plans)
-        try:
-            if isinstance(msg, KVSaveReq) and store is not None:
-                reply = store.save_prefixes(msg)
-            elif isinstance(msg, KVRestoreReq) and store is not None:
-                reply = store.restore_prefixes(msg)
-            else:
-                reply = runner.step(msg)
-        except Exception as e:  # one bad step must not take the worker down
-            logger.error("step failed:\n%s", traceback.format_exc())
-            reply = WorkerError(f"{type(e).__name__}: {e}")
-        send_obj(results, reply)
+        send_obj(results, _step(runner, recv_obj(plans), store))
+
+
+def serve_tp(runner: Any, tp: Any, plans: zmq.Socket, results: zmq.Socket) -> None:
+    """Rank 0's loop: every plan goes to every rank first; idle, a keep-alive each second."""
+    while True:
+        if not plans.poll(int(KEEPALIVE_S * 1000)):
+            tp.send(None)
+            continue
+        plan = recv_obj(plans)
+        tp.send(plan)
+        send_obj(results, _step(runner, plan))

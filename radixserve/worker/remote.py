@@ -2,10 +2,15 @@
 
 It has the same ``step(plan) -> StepResult`` as ``ModelRunner``, so the existing Scheduler
 drives a remote worker unchanged; ``save_prefixes``/``restore_prefixes`` are warm restart's
-two requests (the same methods as the in-process ``PrefixStore``).  ``step`` sends the plan and blocks for the reply;
-a ``WorkerError`` reply raises ``WorkerStepError`` with the failed plan attached.
+two requests (the same methods as the in-process ``PrefixStore``).  ``step`` sends the plan
+and blocks for the reply; a ``WorkerError`` reply raises ``WorkerStepError`` with the failed
+plan attached.  With a
+``dead`` callback (the Engine's tensor-parallel group) ``step`` waits in short polls and
+raises ``WorkerDied`` once it names a dead process, instead of blocking forever.
 """
 from __future__ import annotations
+
+from typing import Callable, Optional
 
 import zmq
 
@@ -21,11 +26,16 @@ class WorkerStepError(RuntimeError):
         self.plan = plan
 
 
+class WorkerDied(RuntimeError):
+    pass
+
+
 class RemoteWorker:
-    def __init__(self, ctx: zmq.Context, addrs: IPCAddrs) -> None:
+    def __init__(self, ctx: zmq.Context, addrs: IPCAddrs, dead: Optional[Callable[[], Optional[str]]] = None) -> None:
         self.to_worker = make_socket(ctx, zmq.PUSH, addrs.sched_to_worker, bind=False)
         self.from_worker = make_socket(ctx, zmq.PULL, addrs.worker_to_sched, bind=True)
         self.num_steps = 0
+        self.dead = dead
 
     def wait_ready(self) -> WorkerInfo:
         """Block until the worker has loaded the model."""
@@ -35,6 +45,9 @@ class RemoteWorker:
 
     def step(self, plan: StepPlan) -> StepResult:
         send_obj(self.to_worker, plan)
+        while self.dead is not None and not self.from_worker.poll(500):
+            if (reason := self.dead()) is not None:
+                raise WorkerDied(f"model worker: {reason}")
         reply = recv_obj(self.from_worker)
         self.num_steps += 1
         if isinstance(reply, WorkerError):
