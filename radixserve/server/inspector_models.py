@@ -10,6 +10,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
+from radixserve.server.openapi_doc import ErrorBody
+
 
 class CacheNode(BaseModel):
     """One node of the prefix tree: an edge of ``tokens`` tokens after ``prefix_tokens``."""
@@ -92,17 +94,6 @@ class CacheStatsReply(BaseModel):
     requests: RequestCounts
 
 
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: Optional[str]
-    code: int
-
-
-class ErrorReply(BaseModel):
-    error: ErrorDetail
-
-
-ERROR_RESPONSES = {400: {"model": ErrorReply, "description": "a query parameter out of range (named)"},
-                   401: {"model": ErrorReply, "description": "missing or invalid API key"},
-                   403: {"model": ErrorReply, "description": "not an admin key"}}
+ERROR_RESPONSES = {400: {"model": ErrorBody, "description": "a query parameter out of range (named)"},
+                   401: {"model": ErrorBody, "description": "missing or invalid API key"},
+                   403: {"model": ErrorBody, "description": "not an admin key"}}
