@@ -12,8 +12,9 @@ import torch
 
 from radixserve.config import ModelConfig
 from radixserve.worker import quant_accuracy
-from radixserve.worker.kernel_timing import DENSE, PATHS, cache_key, linear_shapes, measured_timings, time_path
-from radixserve.worker.numerics_choice import Numerics, candidates, choose, resolve_numerics
+from radixserve.worker.kernel_timing import DENSE, PACKED, PATHS, cache_key, linear_shapes, measured_timings, \
+    packed_paths, time_path
+from radixserve.worker.numerics_choice import Numerics, candidates, choose, dense_kernel, resolve_numerics
 
 SHAPES = ((8, 16), (16, 8))
 MS = (1, 64, 1024)
@@ -81,6 +82,23 @@ def test_auto_refuses_a_quantized_path_whose_bar_fails():
     assert checked == []
 
 
+def test_packed_dense_weights_must_win_at_decode_sizes_and_not_lose_at_prefill_sizes():
+    base = dict(float32=(5, 50, 500), bfloat16=(4, 40, 100))
+    assert dense_kernel(table(**base), "bfloat16") == ({1: 4, 64: 40, 1024: 100}, False)  # nothing to compare
+    # saves 30% at M <= 64 and costs 5% at M = 1024: packed
+    assert dense_kernel(table(**base, **{"bfloat16+packed": (3, 28, 105)}), "bfloat16")[1]
+    # saves at M <= 64 but costs 20% at M = 1024: plain
+    assert not dense_kernel(table(**base, **{"bfloat16+packed": (3, 28, 120)}), "bfloat16")[1]
+    # saves only 5% at M <= 64, even if much faster at M = 1024: plain (the small-M sum decides)
+    assert not dense_kernel(table(**base, **{"bfloat16+packed": (4, 38, 50)}), "bfloat16")[1]
+    # a packed kernel can make bf16 the dense choice, and quantized paths compete with it
+    t = table(float32=(3, 30, 300), bfloat16=(4, 40, 400), **{"bfloat16+packed": (2, 20, 290)},
+              int8=(1, 30, 900))
+    assert candidates(t) == [(311, Numerics(torch.bfloat16, "int8", 1, True)),
+                             (312, Numerics(torch.bfloat16, packed=True))]
+    assert Numerics(torch.bfloat16, "int8", 1, True).describe() == "bfloat16 (packed) + int8 at <= 1 rows"
+
+
 def test_the_bar_is_a_confidence_bound():
     assert quant_accuracy.passes(0.99, 700) and not quant_accuracy.passes(0.972, 700)
     assert not quant_accuracy.passes(1.0, 10)  # too few positions to know
@@ -129,7 +147,7 @@ def test_the_key_names_the_machine_torch_threads_shapes_and_ms():
 def test_the_real_timer_runs_every_path():
     shapes = linear_shapes(CONFIG)
     assert shapes == ((64, 128), (64, 64), (64, 256), (128, 64))
-    for path in PATHS:
+    for path in PATHS + packed_paths():
         got = time_path(path, ((32, 16), (24, 16)), ms=(1, 3), reps=1)  # K=24: int8/int4 keep it dense
         assert set(got) == {1, 3} and all(v > 0 for v in got.values())
 
@@ -151,9 +169,13 @@ def test_verified_agreement_is_measured_once_per_model_and_method(tmp_path, tiny
 
 def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path):
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
-    t = {p: {m: 1.0 for m in (1, 2, 4, 8, 16, 64, 256, 1024)} for p in PATHS}
-    t["bfloat16"] = {m: 0.5 for m in t["bfloat16"]}
+    ms = (1, 2, 4, 8, 16, 64, 256, 1024)
+    t = {p: {m: 1.0 for m in ms} for p in PATHS + packed_paths()}
+    t["bfloat16"] = {m: 0.5 for m in ms}
+    if "bfloat16+packed" in t:  # packed saves at decode sizes, costs nothing at prefill sizes
+        t["bfloat16+packed"] = {m: 0.3 if m <= 64 else 0.5 for m in ms}
     t["int8"] = {**t["bfloat16"], 1: 0.1, 2: 0.2}
+    packs = "bfloat16+packed" in t
     calls: list = []
     checked: list = []
 
@@ -162,13 +184,21 @@ def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path
         return resolve_numerics(cfg, CPU, CONFIG, "unused", fake_timer(t, calls),
                                 lambda m: checked.append(m) or (0.99, 700))
 
+    # explicit numerics are never measured or verified; only their dense kernel is timed, once
     assert resolve(dtype="float32") == Numerics(torch.float32)
-    assert resolve(dtype="bf16", quantization="none") == Numerics(torch.bfloat16)
-    assert resolve(quantization="int4") == Numerics(torch.bfloat16, "int4")
+    assert calls == (["float32", "float32+packed"] if "float32+packed" in t else [])
+    calls.clear()
+    assert resolve(dtype="float32") == Numerics(torch.float32) and calls == []  # cached
+    assert resolve(dtype="bf16", quantization="none") == Numerics(torch.bfloat16, packed=packs)
+    assert calls == (["bfloat16", "bfloat16+packed"] if packs else [])
+    assert resolve(quantization="int4") == Numerics(torch.bfloat16, "int4", packed=packs)
     assert resolve(dtype="float32", quantization="w8a8") == Numerics(torch.float32, "w8a8")
-    assert calls == [] and checked == []  # explicit settings are never measured
-    assert resolve(quantization="none") == Numerics(torch.bfloat16) and calls == list(DENSE) and checked == []
-    assert resolve() == Numerics(torch.bfloat16, "int8", 2) and checked == ["int8"]
+    assert checked == [] and all(c in DENSE or c.endswith(PACKED) for c in calls)
+    calls.clear()
+    assert resolve(quantization="none") == Numerics(torch.bfloat16, packed=packs) and calls == [] and checked == []
+    # int8 (0.1, 0.2, 0.5) is clearly faster than bf16 (packed 0.3 or plain 0.5) up to M = 2 only
+    assert resolve() == Numerics(torch.bfloat16, "int8", 2, packs) and checked == ["int8"]
+    assert calls == ["int8", "w8a8", "int4"]
     assert (tmp_path / "kernel_timings.json").exists()
     cuda = torch.device("cuda")
     assert resolve_numerics(ModelConfig(), cuda, CONFIG, "unused", never, never) == Numerics(torch.bfloat16)

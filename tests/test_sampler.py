@@ -61,3 +61,22 @@ def test_penalties_on_crafted_logits():
     out = Sampler(6, torch.device("cpu")).process(logits.clone(), [st], [3], [None])[0].tolist()
     # token 1: prompt only -> /2; token 2: seen, twice -> /2 - 2*0.5 - 0.25; token 3: negative -> *2, once
     assert out == pytest.approx([1.0, 2.0, 2.0 - 1.0 - 0.25, -8.0 - 0.5 - 0.25, 4.0, 0.0])
+
+
+def test_changes_logits_is_true_whenever_process_writes():
+    """The model runner skips copying the logits when ``changes_logits`` is False: then
+    ``process`` must leave them untouched (and it does write when it is True)."""
+    from radixserve.sampling_params import SamplingParams
+    from radixserve.worker.sampler import Sampler, make_state
+
+    sampler = Sampler(6, torch.device("cpu"))
+    cases = [(SamplingParams(), 0, None), (SamplingParams(temperature=0.7, top_k=3), 4, None),
+             (SamplingParams(logit_bias={2: 5.0}), 0, None), (SamplingParams(presence_penalty=0.5), 1, None),
+             (SamplingParams(min_new_tokens=3), 1, None),
+             (SamplingParams(), 0, torch.tensor([True, True, False, True, True, True]))]
+    for sp, n, mask in cases:
+        st = make_state(sp, None, (0,), 6, prompt_ids=[1], output_ids=[2] * n, device="cpu")
+        logits = torch.tensor([[1.0, 4.0, 4.0, -4.0, 4.0, 0.0]])
+        changes = sampler.changes_logits([st], [n], [mask])
+        out = sampler.process(logits.clone(), [st], [n], [mask])
+        assert changes == (not torch.equal(out, logits)), sp

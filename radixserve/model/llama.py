@@ -101,6 +101,7 @@ class LlamaForCausalLM(nn.Module):
         # a quantized LM head for calls of at most lm_head_max_m rows (model/quant.py)
         self.lm_head_quant: Optional[nn.Module] = None
         self.lm_head_max_m: Optional[int] = None
+        self.lm_head_packed: Optional[nn.Module] = None  # the dense head on packed weights (packed_linear.py)
 
     def lm_head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
@@ -126,6 +127,8 @@ class LlamaForCausalLM(nn.Module):
         """fp32 logits of final hidden states ``x`` (under TP: on rank 0; None on the others)."""
         if self.lm_head_quant is not None and (self.lm_head_max_m is None or x.shape[0] <= self.lm_head_max_m):
             return self.lm_head_quant(x).float()
+        if self.lm_head_packed is not None:
+            return self.lm_head_packed(x).float()
         return self.tp.gather_vocab(F.linear(x, self.lm_head_weight()).float(), self.config.vocab_size)
 
     # ------------------------------------------------------------------ weights

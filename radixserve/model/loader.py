@@ -112,13 +112,16 @@ def iter_weights(hf_dir: str):
 
 def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.device, max_positions: int,
                show_progress: bool = False, quantization: str = "none",
-               max_m: Optional[int] = None, tp: Any = None, layout: Any = None) -> torch.nn.Module:
+               max_m: Optional[int] = None, tp: Any = None, layout: Any = None,
+               packed: bool = False) -> torch.nn.Module:
     """The model in eval mode, weights in ``dtype``.  With a ``quantization`` method
     (``model/quant.py``) the weights load in fp32, the decoder's linear layers are quantized
     from them (for ``dtype`` activations, with input scales from ``model/calibration.py``;
     ``max_m``: see QuantLinear), then the rest is cast to ``dtype``: the fp32 copy is
     transient (4 bytes per parameter while loading).  ``tp``/``layout``: a tensor-parallel
-    rank's group and ``TPLayout`` (each full tensor is read, then sliced to the rank's part)."""
+    rank's group and ``TPLayout`` (each full tensor is read, then sliced to the rank's part).
+    ``packed``: dense linear weights (and the LM head) go to oneDNN's packed layout
+    (``model/packed_linear.py``) once everything else is done."""
     from radixserve.model.fused_ops import select_ops
     from radixserve.model.llama import LlamaForCausalLM
 
@@ -142,4 +145,8 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
             model.lm_head_max_m = max_m
         model.to(dtype)
     model.rotary.cos, model.rotary.sin = model.rotary.cos.float(), model.rotary.sin.float()
+    if packed:
+        from radixserve.model.packed_linear import pack_linears
+
+        pack_linears(model)
     return model.eval()

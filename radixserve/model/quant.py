@@ -152,6 +152,7 @@ class QuantLinear(nn.Module):
         self.in_features, self.out_features = k, n
         self.bias = None if bias is None else bias.detach().to(act_dtype)
         self.dense = weight.detach().to(act_dtype) if max_m is not None else None
+        self.dense_linear: Optional[nn.Module] = None  # set by packed_linear.pack_linears (replaces dense)
         weight = weight.detach().float()
         self.inv_scale, self.native = None, False
         if in_scale is not None:
@@ -180,7 +181,9 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if self.dense is not None and x2.shape[0] > self.max_m:
+        if self.max_m is not None and x2.shape[0] > self.max_m:
+            if self.dense_linear is not None:
+                return self.dense_linear(x)
             return F.linear(x, self.dense, self.bias)
         y = self._kernel(x2)
         if self.bias is not None:

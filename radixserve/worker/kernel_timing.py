@@ -9,7 +9,9 @@ prefill-like row counts M (``PROBE_M``) and caches the table in
 ``$RADIXSERVE_CACHE/kernel_timings.json`` per (CPU model and flags, torch version, thread
 count, shapes, Ms).  ``numerics_choice.py`` chooses from it.
 
-Paths: "float32" and "bfloat16" (``F.linear`` in that dtype), and "int8", "w8a8", "int4"
+Paths: "float32" and "bfloat16" (``F.linear`` in that dtype), "float32+packed" and
+"bfloat16+packed" (the same on oneDNN's prepacked weights, ``model/packed_linear.py``, where
+torch has it), and "int8", "w8a8", "int4"
 (``model/quant.py``'s QuantLinear) on bf16 activations, the only dtype their kernels are fast
 in: measured on an AMX Xeon, int8 weights with fp32 activations ran 10x and int4 28x slower
 than with bf16 ones, so fp32 activations are never timed (a first start would pay seconds).
@@ -25,6 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from radixserve.kernels import cpu_native
+from radixserve.model import packed_linear
+from radixserve.model.packed_linear import PackedLinear
 from radixserve.model.quant import FORMAT_VERSION, METHODS, QuantLinear, supports
 from radixserve.worker import json_cache
 
@@ -32,8 +36,15 @@ PROBE_M = (1, 2, 4, 8, 16, 64, 256, 1024)  # decode batches ... prefill chunks
 COLD_MAX_M = 64  # up to here weights are timed cold (see time_path)
 COLD_BYTES = 1 << 30  # fp32 bytes of weight copies a cold pass may allocate
 MAX_COPIES = 64
+HOT_REPS = 10  # best of this many calls per shape above COLD_MAX_M (a call takes < 1 ms there)
 DENSE = ("float32", "bfloat16")
 PATHS = DENSE + METHODS
+PACKED = "+packed"  # suffix of a dense path on prepacked weights
+
+
+def packed_paths(dtypes: tuple[str, ...] = DENSE) -> tuple[str, ...]:
+    """The packed variants of ``dtypes`` this torch build can run."""
+    return tuple(d + PACKED for d in dtypes if packed_linear.available(getattr(torch, d)))
 Shapes = tuple[tuple[int, int], ...]  # (in_features, out_features) of the timed linear layers
 Timings = dict[str, dict[int, float]]  # path -> M -> seconds for one call per shape, summed
 Timer = Callable[[str, Shapes, tuple[int, ...]], dict[int, float]]  # (path, shapes, Ms)
@@ -66,10 +77,13 @@ def cache_key(shapes: Shapes, ms: tuple[int, ...] = PROBE_M, copies: Optional[in
     kernels = f"native kernels v{FORMAT_VERSION}" if cpu_native.load() else "torch kernels"
     return (f"{cpu_signature()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
             f"{list(shapes)} | M {list(ms)} | cold to M {COLD_MAX_M} over {copies or cold_copies(shapes)} copies | "
-            f"{kernels}")
+            f"{kernels} | dense plain and packed, hot best of {HOT_REPS}")
 
 
 def _layer(path: str, w: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.dtype]:
+    if path.endswith(PACKED):
+        dtype = getattr(torch, path.removesuffix(PACKED))
+        return PackedLinear(w.to(dtype), None), dtype
     if path in DENSE:
         dtype = getattr(torch, path)
         wd = w.to(dtype)
@@ -109,7 +123,7 @@ def time_path(path: str, shapes: Shapes, ms: tuple[int, ...] = PROBE_M, reps: in
     shape of ``copies`` distinct weight copies (default ``cold_copies(shapes)``), and the best
     of ``reps`` passes is divided by the copies.  Timing one hot weight instead (it stays in the L2/L3
     cache) made decode look 2-3x cheaper for bf16 than it is.  Larger M are compute-bound:
-    one copy, best of ``reps`` per shape."""
+    one copy, best of ``max(reps, HOT_REPS)`` calls per shape."""
     gen = torch.Generator().manual_seed(0)
     copies = copies or cold_copies(shapes)
     out: dict[int, float] = {}
@@ -128,7 +142,8 @@ def time_path(path: str, shapes: Shapes, ms: tuple[int, ...] = PROBE_M, reps: in
             if m <= COLD_MAX_M:
                 out[m] = best_time(lambda: run(m, layers), reps) / copies
             else:
-                out[m] = sum(best_time(lambda fn=fn, x=x: fn(x), reps) for (fn, _), x in zip(layers[0], xs[m]))
+                out[m] = sum(best_time(lambda fn=fn, x=x: fn(x), max(reps, HOT_REPS))
+                             for (fn, _), x in zip(layers[0], xs[m]))
     return out
 
 

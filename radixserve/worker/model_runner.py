@@ -82,7 +82,8 @@ class ModelRunner:
         layout = TPLayout.of(self.config, self.tp.rank, self.tp.size)
         self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
                                        show_progress=show_progress, quantization=self.numerics.quantization,
-                                       max_m=self.numerics.max_m, tp=self.tp, layout=layout)
+                                       max_m=self.numerics.max_m, tp=self.tp, layout=layout,
+                                       packed=self.numerics.packed)
         head_dim = self.model.layers[0].self_attn.head_dim
         num_slots = self.tp.min_int(kv_pool_slots(self.config, cache_cfg, self.dtype, self.device,
                                                   layout.num_kv_heads))  # after the weights
@@ -212,13 +213,17 @@ class ModelRunner:
         picks = [i for i, r in enumerate(plan.reqs) if r.sample and not r.num_draft]
         if not picks:
             return
-        rows = torch.tensor([spans[i][1] - 1 for i in picks], dtype=torch.int64, device=logits.device)
-        raw = logits.index_select(0, rows)
+        row_ids = [spans[i][1] - 1 for i in picks]
+        if row_ids == list(range(logits.shape[0])):  # a decode step: every row samples, in order
+            raw = logits
+        else:
+            raw = logits.index_select(0, torch.tensor(row_ids, dtype=torch.int64, device=logits.device))
         states = [self.states[plan.reqs[i].rid] for i in picks]
         nouts = [plan.reqs[i].num_output for i in picks]
         masks = [None if plan.reqs[i].vocab_mask is None else
                  torch.from_numpy(plan.reqs[i].vocab_mask).to(logits.device) for i in picks]
-        processed = self.sampler.process(raw.clone(), states, nouts, masks)
+        changed = self.sampler.changes_logits(states, nouts, masks)
+        processed = self.sampler.process(raw.clone(), states, nouts, masks) if changed else raw
         tokens = self.sampler.sample(processed, states, nouts)
         want = [j for j, i in enumerate(picks) if plan.reqs[i].return_logprob]
         lp_list: dict[int, TokenLogprob] = {}

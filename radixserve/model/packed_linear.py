@@ -1,0 +1,80 @@
+"""Dense linear layers on oneDNN's prepacked weights (the CPU path inductor uses when it freezes
+a model).
+
+``F.linear`` on the CPU hands oneDNN a plain ``[N, K]`` weight, and oneDNN reorders it into its
+blocked layout inside every call; at decode-sized row counts that reorder is most of the call.
+``torch.ops.mkldnn._reorder_linear_weight`` does it once at load time and
+``torch.ops.mkldnn._linear_pointwise`` runs on the result.  Measured on the development machine
+(Intel Xeon with AMX, 2 threads, SmolLM2's four decoder shapes, bf16): 269 -> 125 us at M = 1,
+421 -> 286 us at M = 64, 965 -> 712 us at M = 256, equal at M = 1024; in fp32 it was no faster.
+So whether a model packs its dense weights is measured like every other kernel choice
+(``worker/kernel_timing.py``: paths "float32+packed" and "bfloat16+packed").
+
+Contract: ``PackedLinear(weight, bias)(x)`` takes ``x [..., K]`` in the weight's dtype and returns
+``F.linear(x, weight, bias)`` up to the GEMM's summation order.  The packed weight is an opaque
+oneDNN tensor: the layer cannot be trained, moved or have its weight read back.
+``pack_linears`` converts a loaded model in place.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+PACK_HINT = 64  # the row count oneDNN tunes the layout for; every M runs on it (64 measured best)
+
+
+def available(dtype: torch.dtype) -> bool:
+    """True when this torch build has oneDNN's packed linear for ``dtype`` on the CPU."""
+    return (dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+class PackedLinear(nn.Module):
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.weight_dtype = weight.dtype
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), PACK_HINT)
+        self.bias = None if bias is None else bias.detach().to(weight.dtype).contiguous()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN packed {self.weight_dtype}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
+        return y.reshape(*lead, self.out_features)
+
+
+def pack_linears(model: nn.Module) -> int:
+    """Replace every plain ``nn.Linear`` of ``model`` (CPU, fp32/bf16 weight) by a PackedLinear,
+    give each QuantLinear's kept dense weight (its large-M path) the same treatment, and give a
+    ``LlamaForCausalLM`` a packed LM head (``lm_head_packed``; the tied embedding stays as it is).
+    Returns how many weights were packed."""
+    from radixserve.model.quant import QuantLinear
+
+    done = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if name == "lm_head":  # read through lm_head_weight(); packed on its own below
+                continue
+            if type(child) is nn.Linear and child.weight.device.type == "cpu" and available(child.weight.dtype):
+                setattr(module, name, PackedLinear(child.weight, child.bias))
+                done += 1
+            elif isinstance(child, QuantLinear) and child.dense is not None and available(child.dense.dtype):
+                child.dense_linear = PackedLinear(child.dense, child.bias)
+                child.dense = None
+                done += 1
+    head = getattr(model, "lm_head_weight", None)
+    if head is not None:
+        w = head()
+        if w.device.type == "cpu" and available(w.dtype) and getattr(getattr(model, "tp", None), "size", 1) == 1:
+            model.lm_head_packed = PackedLinear(w, None)
+            done += 1
+    return done
