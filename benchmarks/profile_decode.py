@@ -72,10 +72,10 @@ def main() -> None:
     print(f"wall per decode step {1e3 * sum(decode) / len(decode):.1f} ms (profiler on); "
           f"profiled self time per step {total / 1e3 / len(decode):.1f} ms, of which "
           f"{outside / 1e3 / len(decode):.1f} ms ({100 * outside / total:.0f}%) outside any op (Python)")
-    print(f"| op | self % | ms per step |\n|---|---:|---:|")
+    print(f"| op | self % | ms per step | calls per step |\n|---|---:|---:|---:|")
     for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[: args.top]:
         print(f"| {e.key} | {100 * e.self_cpu_time_total / total:.1f} | "
-              f"{e.self_cpu_time_total / 1e3 / len(decode):.2f} |")
+              f"{e.self_cpu_time_total / 1e3 / len(decode):.2f} | {e.count / len(decode):.0f} |")
     eng.shutdown()
 
 

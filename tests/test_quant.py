@@ -203,6 +203,26 @@ def test_native_int8_linear_rejects_bad_shapes():
     with pytest.raises(RuntimeError, match="fp32 \\[N\\] scale"):
         torch.ops.radixserve_cpu.int8_linear(torch.randn(2, 64), q, scale[:8].contiguous())
     assert QuantLinear(W, None, "int8", torch.bfloat16).native
+    with pytest.raises(RuntimeError, match="in_scale must be a contiguous fp32 \\[K\\]"):
+        torch.ops.radixserve_cpu.int8_linear(torch.randn(2, 64), q, scale, torch.ones(32))
+
+
+@native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k", [64, 48])  # the int16 and the fp32 inner product
+def test_native_int8_linear_applies_the_input_scale_in_fp32(dtype, k):
+    """``in_scale`` multiplies x's columns in fp32 inside the kernel: the same as scaling an
+    fp32 x beforehand, and not the same as ignoring it."""
+    gen = torch.Generator().manual_seed(k)
+    q, scale = quantize_int8(torch.randn(24, k, generator=gen))
+    x = torch.randn(3, k, generator=gen).to(dtype)
+    inv = torch.rand(k, generator=gen) * 4 + 0.1
+    got = torch.ops.radixserve_cpu.int8_linear(x, q, scale, inv)
+    want = torch.ops.radixserve_cpu.int8_linear(x.float() * inv, q, scale)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol * float(want.abs().max()))
+    plain = torch.ops.radixserve_cpu.int8_linear(x, q, scale).float()
+    assert (plain - want).abs().max() > 0.1 * want.abs().max()
 
 
 def test_int8_without_the_native_library_uses_torchs_kernel(monkeypatch):

@@ -1,6 +1,8 @@
 // Weight-only int8 linear for the few rows of a decode step (see radixserve/model/quant.py):
 //   y[m, n] = scale[n] * sum_k x[m, k] * q[n, k]      (the caller adds a bias)
 // q is int8 [N, K] (per-output-channel symmetric), x fp32 or bf16 [M, K], y in x's dtype.
+// An optional fp32 in_scale [K] multiplies x's columns first (the layer's 1 / input-channel
+// scale, model/quant.py), in fp32 while x is widened: no separate op, no rounding to x's dtype.
 // A [N, K / 32] scale instead holds one scale per 32 inputs of each channel (the LM head's
 // format: per-channel int8 cost it 2 points of argmax agreement on SmolLM2, groups of 32 none):
 //   y[m, n] = sum_c scale[n, c] * sum_{k in chunk c} x[m, k] * q[n, k]
@@ -25,6 +27,7 @@
 #include "acts_i16.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -167,11 +170,17 @@ void rows_block(const Acts& a, int64_t m, const int8_t* q, const float* scale, b
 }
 
 template <typename T>
-void int8_linear_impl(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, at::Tensor& y) {
+void int8_linear_impl(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const float* in_scale,
+                      at::Tensor& y) {
   const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   std::vector<float> xf(M * K);
-  for (int64_t i = 0; i < M * K; ++i) xf[i] = to_f(xp[i]);
+  if (in_scale) {  // x / s of the input-channel scales, in fp32 (no rounding to x's dtype)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) xf[m * K + k] = to_f(xp[m * K + k]) * in_scale[k];
+  } else {
+    for (int64_t i = 0; i < M * K; ++i) xf[i] = to_f(xp[i]);
+  }
   std::vector<int16_t> xi;
   std::vector<float> xs;
   Acts a{xf.data(), nullptr, nullptr, K};
@@ -200,7 +209,8 @@ void int8_linear_impl(const at::Tensor& x, const at::Tensor& q, const at::Tensor
   });
 }
 
-at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
+                       const std::optional<at::Tensor>& in_scale) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "int8_linear: contiguous [M, K] x");
   TORCH_CHECK(q.dim() == 2 && q.is_contiguous() && q.scalar_type() == at::kChar, "int8_linear: contiguous int8 [N, K] q");
   TORCH_CHECK(q.size(1) == x.size(1) && x.size(1) % 16 == 0, "int8_linear: K must match and be a multiple of 16");
@@ -209,16 +219,25 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tenso
                    (scale.dim() == 2 && scale.size(0) == q.size(0) && x.size(1) % WG == 0 &&
                     scale.size(1) == x.size(1) / WG)),
               "int8_linear: fp32 [N] scale, or [N, K / 32] for groups of 32 inputs");
+  const float* is = nullptr;
+  if (in_scale.has_value()) {
+    TORCH_CHECK(in_scale->dim() == 1 && in_scale->is_contiguous() && in_scale->scalar_type() == at::kFloat &&
+                    in_scale->size(0) == x.size(1),
+                "int8_linear: in_scale must be a contiguous fp32 [K]");
+    is = in_scale->data_ptr<float>();
+  }
   at::Tensor y = at::empty({x.size(0), q.size(0)}, x.options());
   if (x.scalar_type() == at::kFloat) {
-    int8_linear_impl<float>(x, q, scale, y);
+    int8_linear_impl<float>(x, q, scale, is, y);
   } else {
     TORCH_CHECK(x.scalar_type() == at::kBFloat16, "int8_linear: float32 or bfloat16 x");
-    int8_linear_impl<uint16_t>(x, q, scale, y);
+    int8_linear_impl<uint16_t>(x, q, scale, is, y);
   }
   return y;
 }
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) { m.def("int8_linear", &int8_linear); }
+TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
+  m.def("int8_linear(Tensor x, Tensor q, Tensor scale, Tensor? in_scale=None) -> Tensor", &int8_linear);
+}

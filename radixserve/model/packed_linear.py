@@ -44,12 +44,11 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN packed {self.weight_dtype}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
-        y = torch.ops.mkldnn._linear_pointwise(x2, self.packed, self.bias, "none", [], "")
-        return y.reshape(*lead, self.out_features)
+        if x.dim() == 2 and x.is_contiguous():  # the model's [tokens, features]: no reshapes
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features).contiguous(), self.packed, self.bias,
+                                               "none", [], "")
+        return y.reshape(*x.shape[:-1], self.out_features)
 
 
 def pack_linears(model: nn.Module) -> int:

@@ -47,7 +47,7 @@ from radixserve.kernels import cpu_native
 logger = logging.getLogger(__name__)
 
 METHODS = ("int8", "w8a8", "int4")
-FORMAT_VERSION = 6  # bump when a kernel's numerics change: cached accuracy checks depend on it
+FORMAT_VERSION = 8  # bump when a kernel's numerics change: cached accuracy checks depend on it
 INT4_GROUP = 32
 ALPHAS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75)  # exponents tried by search_in_scale
 
@@ -155,9 +155,11 @@ class QuantLinear(nn.Module):
         self.dense_linear: Optional[nn.Module] = None  # set by packed_linear.pack_linears (replaces dense)
         weight = weight.detach().float()
         self.inv_scale, self.native = None, False
+        native = method == "int8" and weight.device.type == "cpu" and cpu_native.load()
         if in_scale is not None:
             weight = weight * in_scale.float()
-            self.inv_scale = (1 / in_scale.float()).to(torch.float32 if method == "w8a8" else act_dtype)
+            fp32 = method == "w8a8" or native  # the native int8 kernel takes fp32 scales
+            self.inv_scale = (1 / in_scale.float()).to(torch.float32 if fp32 else act_dtype).contiguous()
         if method == "int4":
             q, scale, zero = quantize_int4(weight)
             self.q = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
@@ -166,7 +168,7 @@ class QuantLinear(nn.Module):
             return
         q, scale = quantize_int8(weight)
         if method == "int8":
-            self.native = weight.device.type == "cpu" and cpu_native.load()
+            self.native = native
             self.q, self.scale = q, scale if self.native else scale.to(act_dtype)
         else:
             self.use_onednn = _onednn()
@@ -179,8 +181,8 @@ class QuantLinear(nn.Module):
                 f"act_dtype={self.act_dtype}, max_m={self.max_m}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
+        flat = x.dim() == 2  # the model's activations are [tokens, features]: no reshapes (decode is op-bound)
+        x2 = x if flat else x.reshape(-1, self.in_features)
         if self.max_m is not None and x2.shape[0] > self.max_m:
             if self.dense_linear is not None:
                 return self.dense_linear(x)
@@ -188,14 +190,14 @@ class QuantLinear(nn.Module):
         y = self._kernel(x2)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*lead, self.out_features)
+        return y if flat else y.reshape(*x.shape[:-1], self.out_features)
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native:  # int8 on the native kernel, which applies the input scale itself
+            return torch.ops.radixserve_cpu.int8_linear(x.contiguous(), self.q, self.scale, self.inv_scale)
         if self.method != "w8a8" and self.inv_scale is not None:
             x = x * self.inv_scale
         if self.method == "int8":
-            if self.native:
-                return torch.ops.radixserve_cpu.int8_linear(x.contiguous(), self.q, self.scale)
             return torch.ops.aten._weight_int8pack_mm(x, self.q, self.scale)
         if self.method == "int4":
             return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.q, INT4_GROUP, self.scale)
