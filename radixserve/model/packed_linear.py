@@ -71,7 +71,8 @@ def pack_linears(model: nn.Module) -> int:
                 child.dense = None
                 done += 1
     head = getattr(model, "lm_head_weight", None)
-    if head is not None:
+    quant_head_only = getattr(model, "lm_head_quant", None) is not None and getattr(model, "lm_head_max_m", 0) is None
+    if head is not None and not quant_head_only:  # (a quantized head for every call needs no dense one)
         w = head()
         if w.device.type == "cpu" and available(w.dtype) and getattr(getattr(model, "tp", None), "size", 1) == 1:
             model.lm_head_packed = PackedLinear(w, None)
