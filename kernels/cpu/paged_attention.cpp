@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -30,6 +31,7 @@ namespace {
 constexpr int KB = 32;        // keys per tile
 constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV head) per task
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+std::atomic<bool> g_bf16_dot{true};  // bf16 pools: use the AVX512-BF16 tiles where compiled in
 
 using radixserve_cpu::from_f;
 using radixserve_cpu::hsum;
@@ -54,6 +56,7 @@ struct Args {
   float* part_lse;
   int64_t H, Hkv, D;
   float scale;
+  bool fp32_tiles;  // bf16 pool: widen to fp32 tiles even where the AVX512-BF16 path is compiled in
 };
 
 // Loads the query rows of a task (pre-scaled) and clears its accumulators; rows are padded to
@@ -212,6 +215,11 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
     for (int64_t x = 0; x < DV; ++x) vstore(o + r * DC + 16 * x, acc[r][x]);
 }
 
+}  // namespace
+
+namespace {
+#include "attn_bf16.h"
+
 template <typename T, int DC>
 void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   constexpr int64_t DV = DC / 16;  // 16-float vectors per row (DC > 0)
@@ -369,8 +377,19 @@ void run_all(const Args& a, int64_t num_tasks) {
   const int64_t n = num_tasks * a.Hkv;
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(n, 1));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
-    std::vector<float> ws(ws_size);
-    for (int64_t i = next++; i < n; i = next++) run_task<T, DC>(a, i / a.Hkv, i % a.Hkv, ws.data());
+    std::vector<float> buf(ws_size + 16);
+    float* ws = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;  // 64-byte aligned
+    for (int64_t i = next++; i < n; i = next++) {
+#ifdef RADIXSERVE_ATTN_BF16
+      if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
+        if (!a.fp32_tiles) {
+          run_task_bf16<DC>(a, i / a.Hkv, i % a.Hkv, ws);
+          continue;
+        }
+      }
+#endif
+      run_task<T, DC>(a, i / a.Hkv, i % a.Hkv, ws);
+    }
   });
 }
 
@@ -463,7 +482,7 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   Args a{q.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), req_to_token.data_ptr<int32_t>(),
          req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
-         static_cast<float>(scale)};
+         static_cast<float>(scale), !g_bf16_dot.load(std::memory_order_relaxed)};
   const int64_t num_tasks = tasks.size(0);
   if (q.scalar_type() == at::kFloat) {
     dispatch<float>(a, num_tasks);
@@ -477,6 +496,20 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   }
 }
 
+// Turns the AVX512-BF16 path for bf16 pools on or off (tests and benchmarks compare it with the
+// fp32 tiles); returns whether this build has it.
+bool attention_bf16_dot(bool enable) {
+  g_bf16_dot.store(enable);
+#ifdef RADIXSERVE_ATTN_BF16
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
-TORCH_LIBRARY(radixserve_cpu, m) { m.def("paged_attention", &paged_attention); }
+TORCH_LIBRARY(radixserve_cpu, m) {
+  m.def("paged_attention", &paged_attention);
+  m.def("attention_bf16_dot", &attention_bf16_dot);
+}

@@ -1,0 +1,218 @@
+// AVX512-BF16 tiles for the paged-attention kernel over a bf16 pool (included by
+// paged_attention.cpp inside its anonymous namespace, after Args and the softmax helpers).
+//
+// Per 32-key tile the keys' K rows are transposed (16x16 dword transposes, a dword being two
+// adjacent dims) into kt [D/2][32]: dword (d/2, j) = key j's (k[d], k[d+1]).  A query row kept
+// as bf16 pairs (the pool's q, unscaled, so exact) is broadcast one pair at a time and
+// _mm512_dpbf16_ps accumulates 16 keys' dot products in fp32 (bf16 x bf16 products are exact):
+// no per-key horizontal sum, no widening of K.  The scale is applied to the fp32 scores.
+// V rows of keys 2i and 2i+1 are interleaved (16-bit unpack) into vt [16][D/16] vectors of
+// (v[2i][d], v[2i+1][d]) for 16 dims, and the probabilities, rounded to bf16 in key pairs,
+// are broadcast the same way: P.V is dpbf16 too, accumulated in fp32.  The unpack leaves the
+// dims of an accumulator in the order dim_of() gives; the output is put back in order at
+// the end.  Only the probabilities are rounded (relative 2^-9 per weight).
+#pragma once
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#define RADIXSERVE_ATTN_BF16 1
+#include <immintrin.h>
+
+inline __m512 as_m512(v16 v) {
+  __m512 m;
+  std::memcpy(&m, &v, sizeof(m));
+  return m;
+}
+inline v16 as_v16(__m512 m) {
+  v16 v;
+  std::memcpy(&v, &m, sizeof(v));
+  return v;
+}
+
+// In-register transpose of a 16x16 matrix of dwords: r[i] lane j -> r[j] lane i.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  for (int k = 0; k < 4; ++k) {  // u[4k + c], 128-bit lane L: rows 4k..4k+3 of column 4L + c
+    u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // 4x4 transpose of 128-bit lanes among u[c], u[4+c], u[8+c], u[12+c]
+    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
+// The dim held by lane l of P.V accumulator x (16 dims per accumulator, see the header).
+constexpr int dim_of(int x, int l) { return 32 * (x / 2) + 8 * (l / 4) + 4 * (x % 2) + l % 4; }
+
+alignas(64) inline const uint16_t kZeroRow[128] = {};
+
+// NR query rows (q2 [NR][DC/2] pairs, o [NR][DC] accumulators, online-softmax state) against
+// one tile of n keys starting at key position kb (kt, vt as built by run_task_bf16).
+template <int DC, int NR>
+inline void row_block_bf16(const uint32_t* qr, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
+                           int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
+  constexpr int NP = DC / 2, DV = DC / 16;
+  int64_t lim[NR];
+  bool any = false;
+  for (int rr = 0; rr < NR; ++rr) {
+    lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
+    any |= lim[rr] > 0;
+  }
+  if (!any) return;
+  __m512 s0[NR], s1[NR];
+  for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
+  for (int p = 0; p < NP; ++p) {
+    const __m512bh k0 = (__m512bh)kt[2 * p], k1 = (__m512bh)kt[2 * p + 1];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < NR; ++rr) {
+      const __m512bh qd = (__m512bh)_mm512_set1_epi32(int(qr[rr * NP + p]));
+      s0[rr] = _mm512_dpbf16_ps(s0[rr], k0, qd);
+      s1[rr] = _mm512_dpbf16_ps(s1[rr], k1, qd);
+    }
+  }
+  alignas(64) float pf[KB];
+  alignas(64) uint32_t pb[NR][KB / 2];  // probabilities as bf16 key pairs
+  float alpha[NR];
+  for (int rr = 0; rr < NR; ++rr) {
+    if (lim[rr] <= 0) {
+      _mm512_store_si512(pb[rr], _mm512_setzero_si512());
+      alpha[rr] = 1.0f;
+      continue;
+    }
+    alpha[rr] = softmax_step_v(as_v16(_mm512_mul_ps(s0[rr], scale)), as_v16(_mm512_mul_ps(s1[rr], scale)), lim[rr],
+                               m[rr], l[rr], pf);
+    const __m512bh pp = _mm512_cvtne2ps_pbh(_mm512_load_ps(pf + 16), _mm512_load_ps(pf));
+    _mm512_store_si512(pb[rr], (__m512i)pp);
+  }
+  __m512 acc[NR][DV];
+#pragma GCC unroll 4
+  for (int rr = 0; rr < NR; ++rr)
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_mul_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), _mm512_set1_ps(alpha[rr]));
+  const int64_t npairs = (n + 1) / 2;
+  for (int64_t i = 0; i < npairs; ++i) {
+    __m512bh vv[DV];
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) vv[x] = (__m512bh)vt[i * DV + x];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < NR; ++rr) {
+      const __m512bh pd = (__m512bh)_mm512_set1_epi32(int(pb[rr][i]));
+#pragma GCC unroll 8
+      for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_dpbf16_ps(acc[rr][x], vv[x], pd);
+    }
+  }
+#pragma GCC unroll 4
+  for (int rr = 0; rr < NR; ++rr)
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
+}
+
+// One (task, KV head) over a bf16 pool, head dim DC (64 or 128); same contract as run_task.
+template <int DC>
+void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
+  constexpr int NP = DC / 2;   // dim pairs (dwords) per row
+  constexpr int DV = DC / 16;  // P.V accumulators per row
+  constexpr int RB = DC == 128 ? 2 : 4;  // query rows per register block
+  const int64_t G = a.H / a.Hkv;
+  const int32_t* t = a.tasks + task * 5;
+  const int64_t row = t[0], ks = t[1], ke = t[2], es = t[3], ee = t[4];
+  const int64_t rows = (ee - es) * G;
+  const uint16_t* kbuf = static_cast<const uint16_t*>(a.k);
+  const uint16_t* vbuf = static_cast<const uint16_t*>(a.v);
+  const uint16_t* qbuf = static_cast<const uint16_t*>(a.q);
+  uint32_t* __restrict q2 = reinterpret_cast<uint32_t*>(ws);      // [rows, NP] query pairs
+  float* __restrict o = ws + MAX_ROWS * NP;                       // [rows, DC], dims as dim_of
+  __m512i* __restrict kt = reinterpret_cast<__m512i*>(o + MAX_ROWS * DC);  // [NP][2]
+  __m512i* __restrict vt = kt + 2 * NP;                                    // [16][DV]
+  float m[MAX_ROWS], l[MAX_ROWS];
+  int64_t qpos[MAX_ROWS];
+  int64_t maxp = -1;
+  for (int64_t i = 0; i < ee - es; ++i) {
+    const int64_t tok = a.entry_tok[es + i];
+    const int64_t p = a.pos[tok];
+    maxp = std::max(maxp, p);
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r = i * G + g;
+      std::memcpy(q2 + r * NP, qbuf + (tok * a.H + h * G + g) * DC, DC * sizeof(uint16_t));
+      qpos[r] = p;
+      m[r] = NEG_INF;
+      l[r] = 0.0f;
+    }
+  }
+  std::fill(o, o + rows * DC, 0.0f);
+  const int32_t* slots = a.r2t + row * a.r2t_stride;
+  const int64_t kend = std::min<int64_t>(ke, maxp + 1);
+  const __m512 scale = _mm512_set1_ps(a.scale);
+  for (int64_t kb = ks; kb < kend; kb += KB) {
+    const int64_t n = std::min<int64_t>(KB, kend - kb);
+    // K tile: two 16-key halves, each NP/16 transposes of 16 dwords per key.
+    for (int half = 0; half < 2; ++half) {
+      const uint16_t* kp[16];
+      for (int j = 0; j < 16; ++j) {
+        const int64_t key = kb + 16 * half + j;
+        kp[j] = key < kb + n ? kbuf + (int64_t(slots[key]) * a.Hkv + h) * DC : kZeroRow;
+        if (key + KB < kend) {
+          const int64_t ahead = (int64_t(slots[key + KB]) * a.Hkv + h) * DC;
+          prefetch_row(kbuf + ahead);
+          prefetch_row(vbuf + ahead);
+        }
+      }
+      if (16 * half >= n) {
+        for (int p = 0; p < NP; ++p) kt[2 * p + half] = _mm512_setzero_si512();
+        continue;
+      }
+      for (int c = 0; c < NP / 16; ++c) {
+        __m512i r[16];
+        for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(kp[j] + 32 * c);
+        transpose16(r);
+        for (int p = 0; p < 16; ++p) kt[2 * (16 * c + p) + half] = r[p];
+      }
+    }
+    // V tile: key pairs interleaved.
+    const int64_t npairs = (n + 1) / 2;
+    for (int64_t i = 0; i < npairs; ++i) {
+      const uint16_t* v0 = vbuf + (int64_t(slots[kb + 2 * i]) * a.Hkv + h) * DC;
+      const uint16_t* v1 = 2 * i + 1 < n ? vbuf + (int64_t(slots[kb + 2 * i + 1]) * a.Hkv + h) * DC : kZeroRow;
+      for (int c = 0; c < DC / 32; ++c) {
+        const __m512i x0 = _mm512_loadu_si512(v0 + 32 * c), x1 = _mm512_loadu_si512(v1 + 32 * c);
+        vt[i * DV + 2 * c] = _mm512_unpacklo_epi16(x0, x1);
+        vt[i * DV + 2 * c + 1] = _mm512_unpackhi_epi16(x0, x1);
+      }
+    }
+    int64_t r0 = 0;
+    for (; r0 + RB <= rows; r0 += RB)
+      row_block_bf16<DC, RB>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
+    switch (rows - r0) {  // the last rows (GQA 3: one block of 3)
+      case 1: row_block_bf16<DC, 1>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 2: row_block_bf16<DC, 2>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 3: row_block_bf16<DC, 3>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      default: break;
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t e = es + r / G, hh = h * G + r % G;
+    float* dst = a.part_o + (e * a.H + hh) * DC;
+    if (l[r] > 0.0f) {
+      const float inv = 1.0f / l[r];
+      const float* orow = o + r * DC;
+      for (int x = 0; x < DV; ++x)
+        for (int ln = 0; ln < 16; ++ln) dst[dim_of(x, ln)] = orow[16 * x + ln] * inv;
+      a.part_lse[e * a.H + hh] = m[r] + std::log(l[r]);
+    } else {  // no key of this range is visible to the token: weight 0 in the merge
+      std::fill(dst, dst + DC, 0.0f);
+      a.part_lse[e * a.H + hh] = NEG_INF;
+    }
+  }
+}
+#endif
