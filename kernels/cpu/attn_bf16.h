@@ -13,9 +13,9 @@
 // the end.  Only the probabilities are rounded (relative 2^-9 per weight).
 #pragma once
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512F__)
-#define RADIXSERVE_ATTN_BF16 1
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#define RADIXSERVE_ATTN_AVX512 1
 
 inline __m512 as_m512(v16 v) {
   __m512 m;
@@ -51,6 +51,45 @@ inline void transpose16(__m512i r[16]) {
     r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
   }
 }
+
+// The K tile of run_task, kt [DC][KB] fp32 (dim-major), for keys kb..kb+n of KV head h:
+// 16 keys at a time, 16x16 dword transposes of the rows as loaded (bf16: a dword is two
+// adjacent dims, widened after the transpose by a shift and a mask).  Keys past n are zero.
+template <typename T, int DC>
+inline void build_kt(const T* kbuf, const int32_t* slots, int64_t kb, int64_t n, int64_t Hkv, int64_t h, float* kt) {
+  constexpr int DPR = 64 / sizeof(T);  // dims per 64-byte load
+  alignas(64) static const T zero_row[DC] = {};
+  for (int half = 0; half < KB / 16; ++half) {
+    if (16 * half >= n) {
+      for (int d = 0; d < DC; ++d) _mm512_store_ps(kt + d * KB + 16 * half, _mm512_setzero_ps());
+      continue;
+    }
+    const T* kp[16];
+    for (int j = 0; j < 16; ++j) {
+      const int64_t key = 16 * half + j;
+      kp[j] = key < n ? kbuf + (int64_t(slots[kb + key]) * Hkv + h) * DC : zero_row;
+    }
+    for (int c = 0; c < DC / DPR; ++c) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(kp[j] + DPR * c);
+      transpose16(r);
+      if constexpr (sizeof(T) == 4) {
+        for (int p = 0; p < 16; ++p) _mm512_store_si512(kt + (16 * c + p) * KB + 16 * half, r[p]);
+      } else {  // r[p]: dims 32c + 2p (low half of each dword) and 32c + 2p + 1 (high half)
+        const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
+        for (int p = 0; p < 16; ++p) {
+          _mm512_store_si512(kt + (32 * c + 2 * p) * KB + 16 * half, _mm512_slli_epi32(r[p], 16));
+          _mm512_store_si512(kt + (32 * c + 2 * p + 1) * KB + 16 * half, _mm512_and_si512(r[p], hi));
+        }
+      }
+    }
+  }
+}
+#endif
+
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#define RADIXSERVE_ATTN_BF16 1
 
 // The dim held by lane l of P.V accumulator x (16 dims per accumulator, see the header).
 constexpr int dim_of(int x, int l) { return 32 * (x / 2) + 8 * (l / 4) + 4 * (x % 2) + l % 4; }

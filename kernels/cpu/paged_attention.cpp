@@ -256,6 +256,13 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   }
   for (int64_t kb = ks; kb < kend && !kend_done; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
+    bool kt_done = false;
+#ifdef RADIXSERVE_ATTN_AVX512
+    if constexpr (DC > 0) {
+      build_kt<T, DC>(kbuf, slots, kb, n, a.Hkv, h, kt);
+      kt_done = true;
+    }
+#endif
     for (int64_t j = 0; j < n; ++j) {
       const int64_t off = (int64_t(slots[kb + j]) * a.Hkv + h) * D;
       const T* kp = kbuf + off;
@@ -265,7 +272,8 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
         prefetch_row(kbuf + ahead);
         prefetch_row(vbuf + ahead);
       }
-      for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
+      if (!kt_done)
+        for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
       if constexpr (DC > 0) {
         for (int64_t x = 0; x < DC / 16; ++x) vstore(vt + j * DC + 16 * x, load16(vp + 16 * x));
       } else {
@@ -273,7 +281,8 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
       }
     }
     for (int64_t j = n; j < KB; ++j) {
-      for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = 0.0f;
+      if (!kt_done)
+        for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = 0.0f;
       for (int64_t d = 0; d < D; ++d) vt[j * D + d] = 0.0f;
     }
     if constexpr (DC > 0) {
