@@ -157,6 +157,79 @@ inline void row_block_bf16(const uint32_t* qr, float* o, float* m, float* l, con
     for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
 }
 
+// As row_block_bf16, in exact fp32 arithmetic: each bf16 pair of kt / vt is widened (a shift
+// and a mask) to two fp32 vectors and multiplied with fp32 FMAs; qf [NR][DC] fp32 queries.
+template <int DC, int NR>
+inline void row_block_w(const float* qf, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
+                        int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
+  constexpr int NP = DC / 2, DV = DC / 16;
+  int64_t lim[NR];
+  bool any = false;
+  for (int rr = 0; rr < NR; ++rr) {
+    lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
+    any |= lim[rr] > 0;
+  }
+  if (!any) return;
+  const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
+  __m512 s0[NR], s1[NR];
+  for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
+  for (int p = 0; p < NP; ++p) {
+    const __m512 k0e = _mm512_castsi512_ps(_mm512_slli_epi32(kt[2 * p], 16));
+    const __m512 k0o = _mm512_castsi512_ps(_mm512_and_si512(kt[2 * p], hi));
+    const __m512 k1e = _mm512_castsi512_ps(_mm512_slli_epi32(kt[2 * p + 1], 16));
+    const __m512 k1o = _mm512_castsi512_ps(_mm512_and_si512(kt[2 * p + 1], hi));
+#pragma GCC unroll 4
+    for (int rr = 0; rr < NR; ++rr) {
+      const __m512 qe = _mm512_set1_ps(qf[rr * DC + 2 * p]), qo = _mm512_set1_ps(qf[rr * DC + 2 * p + 1]);
+      s0[rr] = _mm512_fmadd_ps(k0e, qe, s0[rr]);
+      s1[rr] = _mm512_fmadd_ps(k1e, qe, s1[rr]);
+      s0[rr] = _mm512_fmadd_ps(k0o, qo, s0[rr]);
+      s1[rr] = _mm512_fmadd_ps(k1o, qo, s1[rr]);
+    }
+  }
+  alignas(64) float pf[NR][KB];
+  float alpha[NR];
+  for (int rr = 0; rr < NR; ++rr) {
+    if (lim[rr] <= 0) {
+      _mm512_store_ps(pf[rr], _mm512_setzero_ps());
+      _mm512_store_ps(pf[rr] + 16, _mm512_setzero_ps());
+      alpha[rr] = 1.0f;
+      continue;
+    }
+    alpha[rr] = softmax_step_v(as_v16(_mm512_mul_ps(s0[rr], scale)), as_v16(_mm512_mul_ps(s1[rr], scale)), lim[rr],
+                               m[rr], l[rr], pf[rr]);
+  }
+  __m512 acc[NR][DV];
+#pragma GCC unroll 4
+  for (int rr = 0; rr < NR; ++rr)
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_mul_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), _mm512_set1_ps(alpha[rr]));
+  const int64_t npairs = (n + 1) / 2;
+  for (int64_t i = 0; i < npairs; ++i) {
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) {
+      const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(vt[i * DV + x], 16));  // key 2i
+      const __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(vt[i * DV + x], hi));    // key 2i + 1
+#pragma GCC unroll 4
+      for (int rr = 0; rr < NR; ++rr) {
+        acc[rr][x] = _mm512_fmadd_ps(ve, _mm512_set1_ps(pf[rr][2 * i]), acc[rr][x]);
+        acc[rr][x] = _mm512_fmadd_ps(vo, _mm512_set1_ps(pf[rr][2 * i + 1]), acc[rr][x]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int rr = 0; rr < NR; ++rr)
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
+}
+
+#ifndef RADIXSERVE_DOT_BF16
+#define ROW_BLOCK row_block_w
+#define QARG qf + r0 * DC
+#else
+#define ROW_BLOCK row_block_bf16
+#define QARG q2 + r0 * NP
+#endif
 // One (task, KV head) over a bf16 pool, head dim DC (64 or 128); same contract as run_task.
 template <int DC>
 void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
@@ -174,6 +247,7 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
   float* __restrict o = ws + MAX_ROWS * NP;                       // [rows, DC], dims as dim_of
   __m512i* __restrict kt = reinterpret_cast<__m512i*>(o + MAX_ROWS * DC);  // [NP][2]
   __m512i* __restrict vt = kt + 2 * NP;                                    // [16][DV]
+  float* __restrict qf = reinterpret_cast<float*>(vt + 16 * DV);            // [rows, DC] fp32 queries
   float m[MAX_ROWS], l[MAX_ROWS];
   int64_t qpos[MAX_ROWS];
   int64_t maxp = -1;
@@ -183,7 +257,9 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
     maxp = std::max(maxp, p);
     for (int64_t g = 0; g < G; ++g) {
       const int64_t r = i * G + g;
-      std::memcpy(q2 + r * NP, qbuf + (tok * a.H + h * G + g) * DC, DC * sizeof(uint16_t));
+      const uint16_t* src = qbuf + (tok * a.H + h * G + g) * DC;
+      std::memcpy(q2 + r * NP, src, DC * sizeof(uint16_t));
+      for (int d = 0; d < DC; ++d) qf[r * DC + d] = to_f(src[d]);
       qpos[r] = p;
       m[r] = NEG_INF;
       l[r] = 0.0f;
@@ -231,11 +307,11 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
     }
     int64_t r0 = 0;
     for (; r0 + RB <= rows; r0 += RB)
-      row_block_bf16<DC, RB>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
+      ROW_BLOCK<DC, RB>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
     switch (rows - r0) {  // the last rows (GQA 3: one block of 3)
-      case 1: row_block_bf16<DC, 1>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-      case 2: row_block_bf16<DC, 2>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-      case 3: row_block_bf16<DC, 3>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 1: ROW_BLOCK<DC, 1>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 2: ROW_BLOCK<DC, 2>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 3: ROW_BLOCK<DC, 3>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
       default: break;
     }
   }

@@ -149,6 +149,7 @@ inline float softmax_step_v(v16 s0, v16 s1, int64_t lim, float& m, float& l, flo
 }
 
 constexpr int64_t DIRECT_ROWS = 4;
+constexpr bool PF_DIRECT = true;
 constexpr int64_t PREFETCH_KEYS = 16;  // keys ahead whose K/V rows are prefetched (slots are scattered)
 
 // Both cache lines of a head's K or V row (<= 128 bytes for D = 64 in bf16; the first two
@@ -176,11 +177,11 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
   for (int64_t kb = ks; kb < kend; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
     for (int64_t j = 0; j < n; ++j) {
-      if (kb + j + PREFETCH_KEYS < kend) {
+      if (PF_DIRECT && kb + j + PREFETCH_KEYS < kend) {
         const int64_t ahead = (int64_t(slots[kb + j + PREFETCH_KEYS]) * a.Hkv + h) * DC;
         prefetch_row(kbuf + ahead);
       }
-      prefetch_row(vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC);  // read after this block's softmax
+      if (PF_DIRECT) prefetch_row(vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC);  // read after this block's softmax
       const T* kp = kbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC;
       v16 kv[DV];
       for (int64_t x = 0; x < DV; ++x) kv[x] = load16(kp + 16 * x);
@@ -381,7 +382,7 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
 template <typename T, int DC>
 void run_all(const Args& a, int64_t num_tasks) {
   const int64_t D = DC ? DC : a.D;
-  const int64_t ws_size = 2 * MAX_ROWS * D + 2 * KB * D;
+  const int64_t ws_size = 3 * MAX_ROWS * D + 2 * KB * D;
   std::atomic<int64_t> next{0};
   const int64_t n = num_tasks * a.Hkv;
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(n, 1));
