@@ -88,7 +88,7 @@ inline void build_kt(const T* kbuf, const int32_t* slots, int64_t kb, int64_t n,
 #endif
 
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#if defined(__AVX512BW__) && defined(__AVX512F__)
 #define RADIXSERVE_ATTN_BF16 1
 
 // The dim held by lane l of P.V accumulator x (16 dims per accumulator, see the header).
@@ -96,71 +96,11 @@ constexpr int dim_of(int x, int l) { return 32 * (x / 2) + 8 * (l / 4) + 4 * (x 
 
 alignas(64) inline const uint16_t kZeroRow[128] = {};
 
-// NR query rows (q2 [NR][DC/2] pairs, o [NR][DC] accumulators, online-softmax state) against
-// one tile of n keys starting at key position kb (kt, vt as built by run_task_bf16).
+// NR query rows (qf [NR][DC] fp32, o [NR][DC] accumulators in dim_of order, online-softmax
+// state) against one tile of n keys from key position kb (kt, vt as built by run_task_bf16),
+// in fp32: each bf16 pair of kt / vt is widened (a shift and a mask) to two fp32 vectors.
 template <int DC, int NR>
-inline void row_block_bf16(const uint32_t* qr, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
-                           int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
-  constexpr int NP = DC / 2, DV = DC / 16;
-  int64_t lim[NR];
-  bool any = false;
-  for (int rr = 0; rr < NR; ++rr) {
-    lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
-    any |= lim[rr] > 0;
-  }
-  if (!any) return;
-  __m512 s0[NR], s1[NR];
-  for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
-  for (int p = 0; p < NP; ++p) {
-    const __m512bh k0 = (__m512bh)kt[2 * p], k1 = (__m512bh)kt[2 * p + 1];
-#pragma GCC unroll 4
-    for (int rr = 0; rr < NR; ++rr) {
-      const __m512bh qd = (__m512bh)_mm512_set1_epi32(int(qr[rr * NP + p]));
-      s0[rr] = _mm512_dpbf16_ps(s0[rr], k0, qd);
-      s1[rr] = _mm512_dpbf16_ps(s1[rr], k1, qd);
-    }
-  }
-  alignas(64) float pf[KB];
-  alignas(64) uint32_t pb[NR][KB / 2];  // probabilities as bf16 key pairs
-  float alpha[NR];
-  for (int rr = 0; rr < NR; ++rr) {
-    if (lim[rr] <= 0) {
-      _mm512_store_si512(pb[rr], _mm512_setzero_si512());
-      alpha[rr] = 1.0f;
-      continue;
-    }
-    alpha[rr] = softmax_step_v(as_v16(_mm512_mul_ps(s0[rr], scale)), as_v16(_mm512_mul_ps(s1[rr], scale)), lim[rr],
-                               m[rr], l[rr], pf);
-    const __m512bh pp = _mm512_cvtne2ps_pbh(_mm512_load_ps(pf + 16), _mm512_load_ps(pf));
-    _mm512_store_si512(pb[rr], (__m512i)pp);
-  }
-  __m512 acc[NR][DV];
-#pragma GCC unroll 4
-  for (int rr = 0; rr < NR; ++rr)
-#pragma GCC unroll 8
-    for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_mul_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), _mm512_set1_ps(alpha[rr]));
-  const int64_t npairs = (n + 1) / 2;
-  for (int64_t i = 0; i < npairs; ++i) {
-    __m512bh vv[DV];
-#pragma GCC unroll 8
-    for (int x = 0; x < DV; ++x) vv[x] = (__m512bh)vt[i * DV + x];
-#pragma GCC unroll 4
-    for (int rr = 0; rr < NR; ++rr) {
-      const __m512bh pd = (__m512bh)_mm512_set1_epi32(int(pb[rr][i]));
-#pragma GCC unroll 8
-      for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_dpbf16_ps(acc[rr][x], vv[x], pd);
-    }
-  }
-#pragma GCC unroll 4
-  for (int rr = 0; rr < NR; ++rr)
-#pragma GCC unroll 8
-    for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
-}
-
-// As row_block_bf16, in exact fp32 arithmetic: each bf16 pair of kt / vt is widened (a shift
-// and a mask) to two fp32 vectors and multiplied with fp32 FMAs; qf [NR][DC] fp32 queries.
-template <int DC, int NR>
-inline void row_block_w(const float* qf, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
+inline void row_block_avx(const float* qf, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
                         int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
   constexpr int NP = DC / 2, DV = DC / 16;
   int64_t lim[NR];
@@ -223,16 +163,112 @@ inline void row_block_w(const float* qf, float* o, float* m, float* l, const int
     for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
 }
 
-#ifndef RADIXSERVE_DOT_BF16
-#define ROW_BLOCK row_block_w
-#define QARG qf + r0 * DC
-#else
-#define ROW_BLOCK row_block_bf16
-#define QARG q2 + r0 * NP
-#endif
-// One (task, KV head) over a bf16 pool, head dim DC (64 or 128); same contract as run_task.
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+// AMX (Sapphire Rapids and later) for blocks of up to 16 query rows: Q.K and P.V as
+// TDPBF16PS tile products (bf16 inputs, fp32 accumulation).  kt rows (a dim pair, 16 keys)
+// and vt rows (a key pair, 16 dims) are already the pair-interleaved B layout the
+// instruction wants; A is the bf16 query rows, then the probabilities rounded to bf16
+// (relative 2^-9 per weight; Q and K stay exact).  Linux gives a process the tile state only
+// after arch_prctl(ARCH_REQ_XCOMP_PERM); without it the AVX-512 blocks run instead.
+#define RADIXSERVE_ATTN_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+
+inline bool amx_permitted() {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return ok;
+}
+struct alignas(64) TileConfig {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+inline void amx_configure() {  // per thread: tiles 0..7 all 16 rows x 64 bytes
+  TileConfig c;
+  std::memset(&c, 0, sizeof(c));
+  c.palette = 1;
+  for (int i = 0; i < 8; ++i) {
+    c.colsb[i] = 64;
+    c.rows[i] = 16;
+  }
+  _tile_loadconfig(&c);
+}
+
+// nr <= 16 query rows (qb: bf16 rows of DC, readable for 16 rows) against one tile of n keys
+// from key position kb; sb: scratch of 16 x (DC + KB) floats + 16 x KB bf16.
 template <int DC>
-void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
+inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
+                          int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale, float* sb) {
+  constexpr int DV = DC / 16;
+  int64_t lim[16];
+  bool any = false;
+  for (int rr = 0; rr < nr; ++rr) {
+    lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
+    any |= lim[rr] > 0;
+  }
+  if (!any) return;
+  float* S = sb;                                        // [16][KB] scores
+  float* PV = S + 16 * KB;                              // [16][DC] this tile's P.V, dims as dim_of
+  uint16_t* P = reinterpret_cast<uint16_t*>(PV + 16 * DC);  // [16][KB] bf16 probabilities
+  _tile_zero(0);
+  _tile_zero(1);
+  for (int c = 0; c < DC / 32; ++c) {  // 32 dims (16 pairs) per step
+    _tile_loadd(2, qb + 32 * c, DC * 2);
+    _tile_loadd(4, kt + 32 * c, 128);      // pairs 16c.., keys 0..15
+    _tile_loadd(5, kt + 32 * c + 1, 128);  // keys 16..31
+    _tile_dpbf16ps(0, 2, 4);
+    _tile_dpbf16ps(1, 2, 5);
+  }
+  _tile_stored(0, S, KB * 4);
+  _tile_stored(1, S + 16, KB * 4);
+  alignas(64) float pf[KB];
+  float alpha[16];
+  for (int rr = 0; rr < 16; ++rr) {
+    if (rr >= nr || lim[rr] <= 0) {
+      _mm512_store_si512(P + rr * KB, _mm512_setzero_si512());
+      alpha[rr] = 1.0f;
+      continue;
+    }
+    alpha[rr] = softmax_step_v(as_v16(_mm512_mul_ps(_mm512_load_ps(S + rr * KB), scale)),
+                               as_v16(_mm512_mul_ps(_mm512_load_ps(S + rr * KB + 16), scale)), lim[rr], m[rr], l[rr],
+                               pf);
+    const __m512bh pp = _mm512_cvtne2ps_pbh(_mm512_load_ps(pf + 16), _mm512_load_ps(pf));
+    _mm512_store_si512(P + rr * KB, (__m512i)pp);
+  }
+  _tile_loadd(4, P, KB * 2);
+  for (int x0 = 0; x0 < DV; x0 += 4) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(5, vt + x0, DV * 64);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, vt + x0 + 1, DV * 64);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(7, vt + x0 + 2, DV * 64);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, vt + x0 + 3, DV * 64);
+    _tile_dpbf16ps(3, 4, 5);
+    _tile_stored(0, PV + 16 * x0, DC * 4);
+    _tile_stored(1, PV + 16 * (x0 + 1), DC * 4);
+    _tile_stored(2, PV + 16 * (x0 + 2), DC * 4);
+    _tile_stored(3, PV + 16 * (x0 + 3), DC * 4);
+  }
+  for (int rr = 0; rr < nr; ++rr) {
+    const __m512 al = _mm512_set1_ps(alpha[rr]);
+    for (int x = 0; x < DV; ++x)
+      _mm512_storeu_ps(o + rr * DC + 16 * x, _mm512_fmadd_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), al,
+                                                             _mm512_load_ps(PV + rr * DC + 16 * x)));
+  }
+}
+#endif
+
+// One (task, KV head) over a bf16 pool, head dim DC (64 or 128); same contract as run_task.
+// use_amx: the thread's tiles are configured (amx_configure); blocks of at least AMX_MIN_ROWS
+// query rows then go to row_block_amx.
+constexpr int64_t AMX_MIN_ROWS = 4;
+template <int DC>
+void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_amx) {
   constexpr int NP = DC / 2;   // dim pairs (dwords) per row
   constexpr int DV = DC / 16;  // P.V accumulators per row
   constexpr int RB = DC == 128 ? 2 : 4;  // query rows per register block
@@ -243,11 +279,12 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
   const uint16_t* kbuf = static_cast<const uint16_t*>(a.k);
   const uint16_t* vbuf = static_cast<const uint16_t*>(a.v);
   const uint16_t* qbuf = static_cast<const uint16_t*>(a.q);
-  uint32_t* __restrict q2 = reinterpret_cast<uint32_t*>(ws);      // [rows, NP] query pairs
-  float* __restrict o = ws + MAX_ROWS * NP;                       // [rows, DC], dims as dim_of
+  uint32_t* __restrict q2 = reinterpret_cast<uint32_t*>(ws);  // [rows (+16 padding), NP] query pairs
+  float* __restrict o = ws + (MAX_ROWS + 16) * NP;            // [rows, DC], dims as dim_of
   __m512i* __restrict kt = reinterpret_cast<__m512i*>(o + MAX_ROWS * DC);  // [NP][2]
   __m512i* __restrict vt = kt + 2 * NP;                                    // [16][DV]
   float* __restrict qf = reinterpret_cast<float*>(vt + 16 * DV);            // [rows, DC] fp32 queries
+  float* __restrict sb = qf + MAX_ROWS * DC;  // scratch of row_block_amx
   float m[MAX_ROWS], l[MAX_ROWS];
   int64_t qpos[MAX_ROWS];
   int64_t maxp = -1;
@@ -305,13 +342,22 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws) {
         vt[i * DV + 2 * c + 1] = _mm512_unpackhi_epi16(x0, x1);
       }
     }
+    for (int64_t i = npairs * DV; i < 16 * DV; ++i) vt[i] = _mm512_setzero_si512();
     int64_t r0 = 0;
+#ifdef RADIXSERVE_ATTN_AMX
+    if (use_amx) {
+      for (; rows - r0 >= AMX_MIN_ROWS; r0 += 16)
+        row_block_amx<DC>(reinterpret_cast<const uint16_t*>(q2 + r0 * NP), int(std::min<int64_t>(16, rows - r0)),
+                          o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale, sb);
+      r0 = std::min(r0, rows);
+    }
+#endif
     for (; r0 + RB <= rows; r0 += RB)
-      ROW_BLOCK<DC, RB>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
+      row_block_avx<DC, RB>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
     switch (rows - r0) {  // the last rows (GQA 3: one block of 3)
-      case 1: ROW_BLOCK<DC, 1>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-      case 2: ROW_BLOCK<DC, 2>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-      case 3: ROW_BLOCK<DC, 3>(QARG, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 1: row_block_avx<DC, 1>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 2: row_block_avx<DC, 2>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+      case 3: row_block_avx<DC, 3>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
       default: break;
     }
   }

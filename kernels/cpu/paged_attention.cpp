@@ -31,7 +31,7 @@ namespace {
 constexpr int KB = 32;        // keys per tile
 constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV head) per task
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
-std::atomic<bool> g_bf16_dot{true};  // bf16 pools: use the AVX512-BF16 tiles where compiled in
+std::atomic<int64_t> g_bf16_mode{2};  // Args::bf16_mode, capped by what the build and the OS allow
 
 using radixserve_cpu::from_f;
 using radixserve_cpu::hsum;
@@ -56,7 +56,7 @@ struct Args {
   float* part_lse;
   int64_t H, Hkv, D;
   float scale;
-  bool fp32_tiles;  // bf16 pool: widen to fp32 tiles even where the AVX512-BF16 path is compiled in
+  int64_t bf16_mode;  // bf16 pool: 0 the generic fp32 tiles, 1 the AVX-512 bf16 tiles, 2 those with AMX blocks
 };
 
 // Loads the query rows of a task (pre-scaled) and clears its accumulators; rows are padded to
@@ -382,24 +382,34 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
 template <typename T, int DC>
 void run_all(const Args& a, int64_t num_tasks) {
   const int64_t D = DC ? DC : a.D;
-  const int64_t ws_size = 3 * MAX_ROWS * D + 2 * KB * D;
+  const int64_t ws_size = 3 * MAX_ROWS * D + 2 * KB * D + 16 * (D + 2 * KB);
   std::atomic<int64_t> next{0};
   const int64_t n = num_tasks * a.Hkv;
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(n, 1));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     std::vector<float> buf(ws_size + 16);
     float* ws = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;  // 64-byte aligned
+    bool amx = false;
+#ifdef RADIXSERVE_ATTN_AMX
+    if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
+      amx = a.bf16_mode >= 2 && amx_permitted();
+      if (amx) amx_configure();
+    }
+#endif
     for (int64_t i = next++; i < n; i = next++) {
 #ifdef RADIXSERVE_ATTN_BF16
       if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
-        if (!a.fp32_tiles) {
-          run_task_bf16<DC>(a, i / a.Hkv, i % a.Hkv, ws);
+        if (a.bf16_mode >= 1) {
+          run_task_bf16<DC>(a, i / a.Hkv, i % a.Hkv, ws, amx);
           continue;
         }
       }
 #endif
       run_task<T, DC>(a, i / a.Hkv, i % a.Hkv, ws);
     }
+#ifdef RADIXSERVE_ATTN_AMX
+    if (amx) _tile_release();
+#endif
   });
 }
 
@@ -492,7 +502,7 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   Args a{q.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), req_to_token.data_ptr<int32_t>(),
          req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
-         static_cast<float>(scale), !g_bf16_dot.load(std::memory_order_relaxed)};
+         static_cast<float>(scale), g_bf16_mode.load(std::memory_order_relaxed)};
   const int64_t num_tasks = tasks.size(0);
   if (q.scalar_type() == at::kFloat) {
     dispatch<float>(a, num_tasks);
@@ -506,20 +516,25 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   }
 }
 
-// Turns the AVX512-BF16 path for bf16 pools on or off (tests and benchmarks compare it with the
-// fp32 tiles); returns whether this build has it.
-bool attention_bf16_dot(bool enable) {
-  g_bf16_dot.store(enable);
+// The bf16-pool path (Args::bf16_mode: 0 generic fp32 tiles, 1 AVX-512 bf16 tiles, 2 with AMX
+// blocks) for later calls, capped by what this build and the OS allow; returns the mode set.
+// For tests and benchmarks; the default is the best available.
+int64_t attention_bf16_mode(int64_t mode) {
+  int64_t best = 0;
 #ifdef RADIXSERVE_ATTN_BF16
-  return true;
-#else
-  return false;
+  best = 1;
 #endif
+#ifdef RADIXSERVE_ATTN_AMX
+  if (amx_permitted()) best = 2;
+#endif
+  mode = std::max<int64_t>(0, std::min(mode, best));
+  g_bf16_mode.store(mode);
+  return mode;
 }
 
 }  // namespace
 
 TORCH_LIBRARY(radixserve_cpu, m) {
   m.def("paged_attention", &paged_attention);
-  m.def("attention_bf16_dot", &attention_bf16_dot);
+  m.def("attention_bf16_mode", &attention_bf16_mode);
 }
