@@ -96,6 +96,25 @@ constexpr int dim_of(int x, int l) { return 32 * (x / 2) + 8 * (l / 4) + 4 * (x 
 
 alignas(64) inline const uint16_t kZeroRow[128] = {};
 
+// softmax_step_v with AVX-512 masks and reductions (scores s0: keys 0..15, s1: 16..31).
+inline float softmax_step_512(__m512 s0, __m512 s1, int64_t lim, float& m, float& l, float* p_out) {
+  const __mmask16 k0 = lim >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lim) - 1);
+  const __mmask16 k1 = lim >= 32 ? __mmask16(0xFFFF) : lim <= 16 ? __mmask16(0) : __mmask16((1u << (lim - 16)) - 1);
+  const __m512 ninf = _mm512_set1_ps(NEG_INF);
+  s0 = _mm512_mask_blend_ps(k0, ninf, s0);
+  s1 = _mm512_mask_blend_ps(k1, ninf, s1);
+  const float mnew = std::max(m, _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
+  const __m512 mv = _mm512_set1_ps(mnew);
+  const float alpha = _mm512_cvtss_f32(as_m512(vexp_le0(as_v16(_mm512_set1_ps(m - mnew)))));
+  const __m512 p0 = _mm512_maskz_mov_ps(k0, as_m512(vexp_le0(as_v16(_mm512_sub_ps(s0, mv)))));
+  const __m512 p1 = _mm512_maskz_mov_ps(k1, as_m512(vexp_le0(as_v16(_mm512_sub_ps(s1, mv)))));
+  _mm512_store_ps(p_out, p0);
+  _mm512_store_ps(p_out + 16, p1);
+  l = l * alpha + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+  m = mnew;
+  return alpha;
+}
+
 // NR query rows (qf [NR][DC] fp32, o [NR][DC] accumulators in dim_of order, online-softmax
 // state) against one tile of n keys from key position kb (kt, vt as built by run_task_bf16),
 // in fp32: each bf16 pair of kt / vt is widened (a shift and a mask) to two fp32 vectors.
@@ -136,8 +155,8 @@ inline void row_block_avx(const float* qf, float* o, float* m, float* l, const i
       alpha[rr] = 1.0f;
       continue;
     }
-    alpha[rr] = softmax_step_v(as_v16(_mm512_mul_ps(s0[rr], scale)), as_v16(_mm512_mul_ps(s1[rr], scale)), lim[rr],
-                               m[rr], l[rr], pf[rr]);
+    alpha[rr] = softmax_step_512(_mm512_mul_ps(s0[rr], scale), _mm512_mul_ps(s1[rr], scale), lim[rr], m[rr], l[rr],
+                                 pf[rr]);
   }
   __m512 acc[NR][DV];
 #pragma GCC unroll 4
@@ -229,9 +248,8 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
       alpha[rr] = 1.0f;
       continue;
     }
-    alpha[rr] = softmax_step_v(as_v16(_mm512_mul_ps(_mm512_load_ps(S + rr * KB), scale)),
-                               as_v16(_mm512_mul_ps(_mm512_load_ps(S + rr * KB + 16), scale)), lim[rr], m[rr], l[rr],
-                               pf);
+    alpha[rr] = softmax_step_512(_mm512_mul_ps(_mm512_load_ps(S + rr * KB), scale),
+                                 _mm512_mul_ps(_mm512_load_ps(S + rr * KB + 16), scale), lim[rr], m[rr], l[rr], pf);
     const __m512bh pp = _mm512_cvtne2ps_pbh(_mm512_load_ps(pf + 16), _mm512_load_ps(pf));
     _mm512_store_si512(P + rr * KB, (__m512i)pp);
   }
@@ -314,7 +332,7 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
       for (int j = 0; j < 16; ++j) {
         const int64_t key = kb + 16 * half + j;
         kp[j] = key < kb + n ? kbuf + (int64_t(slots[key]) * a.Hkv + h) * DC : kZeroRow;
-        if (key + KB < kend) {
+        if (key + KB < kend) {  // the next tile's rows
           const int64_t ahead = (int64_t(slots[key + KB]) * a.Hkv + h) * DC;
           prefetch_row(kbuf + ahead);
           prefetch_row(vbuf + ahead);
