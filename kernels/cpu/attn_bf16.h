@@ -1,16 +1,20 @@
-// AVX512-BF16 tiles for the paged-attention kernel over a bf16 pool (included by
-// paged_attention.cpp inside its anonymous namespace, after Args and the softmax helpers).
+// AVX-512 / AMX tiles for the paged-attention kernel (included by paged_attention.cpp inside
+// its anonymous namespace, after Args and the softmax helpers).
 //
-// Per 32-key tile the keys' K rows are transposed (16x16 dword transposes, a dword being two
-// adjacent dims) into kt [D/2][32]: dword (d/2, j) = key j's (k[d], k[d+1]).  A query row kept
-// as bf16 pairs (the pool's q, unscaled, so exact) is broadcast one pair at a time and
-// _mm512_dpbf16_ps accumulates 16 keys' dot products in fp32 (bf16 x bf16 products are exact):
-// no per-key horizontal sum, no widening of K.  The scale is applied to the fp32 scores.
-// V rows of keys 2i and 2i+1 are interleaved (16-bit unpack) into vt [16][D/16] vectors of
-// (v[2i][d], v[2i+1][d]) for 16 dims, and the probabilities, rounded to bf16 in key pairs,
-// are broadcast the same way: P.V is dpbf16 too, accumulated in fp32.  The unpack leaves the
-// dims of an accumulator in the order dim_of() gives; the output is put back in order at
-// the end.  Only the probabilities are rounded (relative 2^-9 per weight).
+// build_kt (AVX-512F): run_task's fp32 key tile kt [D][32] from 16x16 dword transposes.
+//
+// run_task_bf16 (AVX-512BW, bf16 pools): per 32-key tile the K rows are transposed as dwords
+// (a dword = two adjacent dims) into kt [D/2][32]: (d/2, j) = key j's (k[d], k[d+1]); the V rows
+// of keys 2i and 2i+1 are interleaved (16-bit unpack) into vt [16][D/16] vectors of
+// (v[2i][d], v[2i+1][d]) for 16 dims, in the dim order dim_of() gives (put back at the end).
+// Blocks of query rows then run either
+//  * row_block_avx: each pair widened (shift, mask) to two fp32 vectors, fp32 FMAs: exact fp32
+//    arithmetic (the pool's values are bf16); no per-key horizontal sums; or
+//  * row_block_amx (AMX-BF16, >= AMX_MIN_ROWS rows, up to 16): kt and vt are already the
+//    pair-interleaved B operands of TDPBF16PS; A is the bf16 queries (exact) for Q.K, then the
+//    probabilities rounded to bf16 (relative 2^-9 per weight) for P.V; fp32 accumulation.
+// _mm512_dpbf16_ps (AVX512-BF16) was tried for both products and measured slower than the
+// widened FMAs on the development machine (one per 2 cycles against two FMAs per cycle).
 #pragma once
 
 #if defined(__AVX512F__)
