@@ -244,18 +244,35 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
   }
   _tile_stored(0, S, KB * 4);
   _tile_stored(1, S + 16, KB * 4);
-  alignas(64) float pf[KB];
-  float alpha[16];
+  // Online softmax of the 16 rows: the tile maxima first, then one vector exp for every row's
+  // rescaling factor, then the probabilities (bf16, into P).
+  alignas(64) float mold[16], mnew[16], alpha[16];
+  __mmask16 k0[16], k1[16];
+  for (int rr = 0; rr < 16; ++rr) {
+    mold[rr] = mnew[rr] = 0.0f;
+    if (rr >= nr || lim[rr] <= 0) continue;
+    k0[rr] = lim[rr] >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lim[rr]) - 1);
+    k1[rr] = lim[rr] >= 32 ? __mmask16(0xFFFF) : lim[rr] <= 16 ? __mmask16(0) : __mmask16((1u << (lim[rr] - 16)) - 1);
+    const __m512 ninf = _mm512_set1_ps(NEG_INF);
+    const __m512 s0 = _mm512_mask_blend_ps(k0[rr], ninf, _mm512_mul_ps(_mm512_load_ps(S + rr * KB), scale));
+    const __m512 s1 = _mm512_mask_blend_ps(k1[rr], ninf, _mm512_mul_ps(_mm512_load_ps(S + rr * KB + 16), scale));
+    mold[rr] = m[rr];
+    mnew[rr] = std::max(m[rr], _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
+  }
+  _mm512_store_ps(alpha, as_m512(vexp_le0(as_v16(_mm512_sub_ps(_mm512_load_ps(mold), _mm512_load_ps(mnew))))));
   for (int rr = 0; rr < 16; ++rr) {
     if (rr >= nr || lim[rr] <= 0) {
       _mm512_store_si512(P + rr * KB, _mm512_setzero_si512());
       alpha[rr] = 1.0f;
       continue;
     }
-    alpha[rr] = softmax_step_512(_mm512_mul_ps(_mm512_load_ps(S + rr * KB), scale),
-                                 _mm512_mul_ps(_mm512_load_ps(S + rr * KB + 16), scale), lim[rr], m[rr], l[rr], pf);
-    const __m512bh pp = _mm512_cvtne2ps_pbh(_mm512_load_ps(pf + 16), _mm512_load_ps(pf));
-    _mm512_store_si512(P + rr * KB, (__m512i)pp);
+    const __m512 mv = _mm512_set1_ps(mnew[rr]);
+    const __m512 p0 = _mm512_maskz_mov_ps(k0[rr], as_m512(vexp_le0(as_v16(_mm512_fmsub_ps(_mm512_load_ps(S + rr * KB), scale, mv)))));
+    const __m512 p1 =
+        _mm512_maskz_mov_ps(k1[rr], as_m512(vexp_le0(as_v16(_mm512_fmsub_ps(_mm512_load_ps(S + rr * KB + 16), scale, mv)))));
+    l[rr] = l[rr] * alpha[rr] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+    m[rr] = mnew[rr];
+    _mm512_store_si512(P + rr * KB, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
   }
   _tile_loadd(4, P, KB * 2);
   for (int x0 = 0; x0 < DV; x0 += 4) {
@@ -338,8 +355,8 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
         kp[j] = key < kb + n ? kbuf + (int64_t(slots[key]) * a.Hkv + h) * DC : kZeroRow;
         if (key + KB < kend) {  // the next tile's rows
           const int64_t ahead = (int64_t(slots[key + KB]) * a.Hkv + h) * DC;
-          prefetch_row(kbuf + ahead);
-          prefetch_row(vbuf + ahead);
+          __builtin_prefetch(kbuf + ahead);  // the first line: the spatial prefetcher brings its pair
+          __builtin_prefetch(vbuf + ahead);
         }
       }
       if (16 * half >= n) {
