@@ -406,8 +406,15 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
     if (l[r] > 0.0f) {
       const float inv = 1.0f / l[r];
       const float* orow = o + r * DC;
-      for (int x = 0; x < DV; ++x)
-        for (int ln = 0; ln < 16; ++ln) dst[dim_of(x, ln)] = orow[16 * x + ln] * inv;
+      const __m512 iv = _mm512_set1_ps(inv);
+      // back to dim order (dim_of): dims 32c.. are 4-lane groups of accumulators 2c and 2c + 1, alternately
+      const __m512i lo_half = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+      const __m512i hi_half = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+      for (int c = 0; c < DC / 32; ++c) {
+        const __m512 a0 = _mm512_loadu_ps(orow + 32 * c), a1 = _mm512_loadu_ps(orow + 32 * c + 16);
+        _mm512_storeu_ps(dst + 32 * c, _mm512_mul_ps(_mm512_permutex2var_ps(a0, lo_half, a1), iv));
+        _mm512_storeu_ps(dst + 32 * c + 16, _mm512_mul_ps(_mm512_permutex2var_ps(a0, hi_half, a1), iv));
+      }
       a.part_lse[e * a.H + hh] = m[r] + std::log(l[r]);
     } else {  // no key of this range is visible to the token: weight 0 in the merge
       std::fill(dst, dst + DC, 0.0f);
