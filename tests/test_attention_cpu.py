@@ -251,3 +251,105 @@ def test_failing_compile_reports_the_compiler_error(monkeypatch, tmp_path):
         assert "boom" in cpu_native._state["error"]
     finally:
         cpu_native.reset_for_tests()
+
+
+def _bf16_mode(mode: int) -> int:
+    """Selects the kernel's path for bf16 pools (0 fp32 tiles, 1 AVX-512 bf16 tiles, 2 with AMX
+    blocks); returns the mode this build and CPU allow (capped)."""
+    return int(torch.ops.radixserve_cpu.attention_bf16_mode(mode))
+
+
+@pytest.fixture
+def bf16_mode():
+    best = _bf16_mode(2)
+
+    def use(mode: int) -> None:
+        if _bf16_mode(mode) != mode:
+            pytest.skip(f"bf16 path {mode} is not available here (best: {best})")
+
+    yield use
+    _bf16_mode(best)
+
+
+def make_lengths_case(prefix_lens, ext_lens, heads, kv_heads, d, dtype, seed=0, shared_prefix=0):
+    """A batch with the given cached/new lengths per request; the first ``shared_prefix`` slots
+    of every request with that many cached tokens are common (one shared group)."""
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    slots = 4000
+    pool = KVPool(slots, 1, kv_heads, d, dtype)
+    free = list(range(1, slots))
+    rng.shuffle(free)
+    common = [free.pop() for _ in range(shared_prefix)]
+    rows, new_slots = [], []
+    for p, n in zip(prefix_lens, ext_lens):
+        base = common[:p] if shared_prefix and p >= shared_prefix else []
+        base = base + [free.pop() for _ in range(p - len(base))]
+        new = [free.pop() for _ in range(n)]
+        rows.append(base + new)
+        new_slots += new
+    used = torch.tensor(sorted({s for r in rows for s in r}))
+    pool.k_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
+    pool.v_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
+    table = torch.zeros(len(rows), max(len(r) for r in rows) + 3, dtype=torch.int32)
+    for i, r in enumerate(rows):
+        table[i, : len(r)] = torch.tensor(r, dtype=torch.int32)
+    t = sum(ext_lens)
+    q = torch.randn(t, heads, d, generator=gen).to(dtype)
+    pre, lens = torch.tensor(prefix_lens), torch.tensor(ext_lens)
+    mode = ForwardMode.DECODE if all(n == 1 for n in ext_lens) else ForwardMode.EXTEND
+    positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, ext_lens)])
+    batch = ForwardBatch(mode, torch.zeros(t, dtype=torch.long), positions, torch.tensor(new_slots),
+                         torch.arange(len(rows)), pre + lens, pre, lens, torch.cumsum(lens, 0) - lens, table,
+                         (pre + lens).tolist(), list(prefix_lens), list(ext_lens))
+    return pool, batch, q, rows
+
+
+# key counts around the 16-key halves and 32-key tiles, one key, nothing cached; new-token
+# counts whose query rows (x 3 or x 8 heads per KV head) fill AMX blocks of 16 partly
+EDGE_PREFIX = [0, 0, 14, 15, 16, 31, 32, 33, 47, 64, 95, 130]
+EDGE_NEW = [1, 5, 1, 2, 1, 6, 1, 17, 1, 43, 3, 1]
+
+
+@pytest.mark.parametrize("path", [0, 1, 2], ids=["fp32tiles", "avx512", "amx"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("heads,kv_heads", [(9, 3), (8, 1)], ids=["gqa3", "gqa8"])
+@pytest.mark.parametrize("shared", [False, True], ids=["unshared", "shared"])
+def test_bf16_paths_on_tile_edges(bf16_mode, path, d, heads, kv_heads, shared):
+    """Every bf16-pool path against the fp64 reference on key counts that end inside a tile,
+    a single key, prefix 0, and AMX row blocks with a remainder."""
+    bf16_mode(path)
+    pool, batch, q, rows = make_lengths_case(EDGE_PREFIX, EDGE_NEW, heads, kv_heads, d, torch.bfloat16, seed=d + heads,
+                                             shared_prefix=32 if shared else 0)
+    out, plan = run_cpu(pool, batch, q)
+    assert (plan.num_shared_groups > 0) == shared
+    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5)
+    err = (out.double() - ref).abs().max().item()
+    assert err <= 1e-2, f"max abs error {err:.3g}: well inside the bf16 tolerance expected"
+    # decode alone (3 or 8 query rows per task, the unshared-decode shape)
+    dec = [1] * len(EDGE_PREFIX)
+    pool, batch, q, rows = make_lengths_case([p + 1 for p in EDGE_PREFIX], dec, heads, kv_heads, d, torch.bfloat16,
+                                             seed=7 + d, shared_prefix=32 if shared else 0)
+    out, _ = run_cpu(pool, batch, q)
+    check(out, reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5),
+          torch.bfloat16)
+
+
+@pytest.mark.parametrize("path", [0, 1, 2], ids=["fp32tiles", "avx512", "amx"])
+def test_bf16_paths_agree_and_a_broken_mask_fails(bf16_mode, path):
+    """The bf16 paths agree with one another to bf16 rounding, and the reference check catches
+    an off-by-one causal mask on each of them."""
+    pool, batch, q, rows = make_case(5, ForwardMode.EXTEND, 9, 3, 64, torch.bfloat16, True)
+    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+    bf16_mode(0)
+    base, plan = run_cpu(pool, batch, q)
+    bf16_mode(path)
+    out = cpu_native.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan,
+                                     batch.positions, 0.125, torch.empty_like(q))
+    check(out, ref, torch.bfloat16)
+    assert (out.double() - base.double()).abs().max().item() <= 1.6e-2
+    leaky = batch.positions + 1
+    bad = cpu_native.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan, leaky,
+                                     0.125, torch.empty_like(q))
+    with pytest.raises(AssertionError):
+        check(bad, ref, torch.bfloat16)

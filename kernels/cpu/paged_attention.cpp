@@ -10,6 +10,9 @@
 // (task, KV head) writes, per entry and query head, the normalized partial output and its
 // log-sum-exp; a second pass merges the entries of each token (online-softmax merge).
 // The query heads of one KV head (GQA) share every K/V tile.  fp32 accumulation throughout.
+// With AVX-512, key tiles are built with 16x16 transposes (attn_bf16.h); a bf16 pool runs the
+// tiles of attn_bf16.h (pair-interleaved bf16 K/V tiles, exact fp32 FMAs, AMX tile products
+// for blocks of >= 4 query rows where the CPU and the OS allow); run_task is the generic path.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -23,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -30,6 +34,7 @@ namespace {
 constexpr int KB = 32;        // keys per tile
 constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV head) per task
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+std::atomic<int64_t> g_bf16_mode{2};  // Args::bf16_mode, capped by what the build and the OS allow
 
 using radixserve_cpu::from_f;
 using radixserve_cpu::hsum;
@@ -54,6 +59,7 @@ struct Args {
   float* part_lse;
   int64_t H, Hkv, D;
   float scale;
+  int64_t bf16_mode;  // bf16 pool: 0 the generic fp32 tiles, 1 the AVX-512 bf16 tiles, 2 those with AMX blocks
 };
 
 // Loads the query rows of a task (pre-scaled) and clears its accumulators; rows are padded to
@@ -85,65 +91,7 @@ int64_t load_queries(const Args& a, int64_t es, int64_t ee, int64_t h, int64_t D
   return maxp;
 }
 
-// Online-softmax update of one row from its scores s[0..KB) (keys j < lim visible): turns s
-// into probabilities and returns the factor the row's accumulated output must be scaled by.
-inline float softmax_step(float* s, int64_t lim, float& m, float& l) {
-  float mloc = NEG_INF;
-  for (int64_t j = 0; j < lim; ++j) mloc = std::max(mloc, s[j]);
-  const float mnew = std::max(m, mloc);
-  const float alpha = exp_le0(m - mnew);
-  float psum = 0.0f;
-#pragma omp simd reduction(+ : psum)
-  for (int j = 0; j < KB; ++j) {
-    const float p = j < lim ? exp_le0(s[j] - mnew) : 0.0f;
-    s[j] = p;
-    psum += p;
-  }
-  l = l * alpha + psum;
-  m = mnew;
-  return alpha;
-}
-
-// Vector forms of exp_le0 and of softmax_step for a 32-key tile held in two registers.
-inline v16 vexp_le0(v16 x) {
-  const v16 lo = v16{} - 87.0f;
-  x = x < lo ? lo : x;
-  const v16 shift = v16{} + 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to nearest
-  const v16 n = (x * 1.44269504088896341f + shift) - shift;
-  const v16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  v16 p = v16{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const i32x16 bits = (__builtin_convertvector(n, i32x16) + 127) << 23;
-  v16 scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-inline float hmax(v16 v) {
-  float mx = v[0];
-  for (int i = 1; i < 16; ++i) mx = std::max(mx, v[i]);
-  return mx;
-}
-inline float softmax_step_v(v16 s0, v16 s1, int64_t lim, float& m, float& l, float* p_out) {
-  const v16 idx0 = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  const v16 idx1 = idx0 + 16.0f;
-  const v16 limv = v16{} + float(lim), ninf = v16{} + NEG_INF, zero = v16{};
-  s0 = idx0 < limv ? s0 : ninf;
-  s1 = idx1 < limv ? s1 : ninf;
-  const float mnew = std::max(m, hmax(s0 > s1 ? s0 : s1));
-  const float alpha = exp_le0(m - mnew);
-  const v16 p0 = idx0 < limv ? vexp_le0(s0 - mnew) : zero;
-  const v16 p1 = idx1 < limv ? vexp_le0(s1 - mnew) : zero;
-  vstore(p_out, p0);
-  vstore(p_out + 16, p1);
-  l = l * alpha + hsum(p0 + p1);
-  m = mnew;
-  return alpha;
-}
+#include "attn_softmax.h"
 
 constexpr int64_t DIRECT_ROWS = 4;
 constexpr int64_t PREFETCH_KEYS = 16;  // keys ahead whose K/V rows are prefetched (slots are scattered)
@@ -212,6 +160,11 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
     for (int64_t x = 0; x < DV; ++x) vstore(o + r * DC + 16 * x, acc[r][x]);
 }
 
+}  // namespace
+
+namespace {
+#include "attn_bf16.h"
+
 template <typename T, int DC>
 void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   constexpr int64_t DV = DC / 16;  // 16-float vectors per row (DC > 0)
@@ -248,6 +201,13 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   }
   for (int64_t kb = ks; kb < kend && !kend_done; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
+    bool kt_done = false;
+#ifdef RADIXSERVE_ATTN_AVX512
+    if constexpr (DC > 0) {
+      build_kt<T, DC>(kbuf, slots, kb, n, a.Hkv, h, kt);
+      kt_done = true;
+    }
+#endif
     for (int64_t j = 0; j < n; ++j) {
       const int64_t off = (int64_t(slots[kb + j]) * a.Hkv + h) * D;
       const T* kp = kbuf + off;
@@ -257,7 +217,8 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
         prefetch_row(kbuf + ahead);
         prefetch_row(vbuf + ahead);
       }
-      for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
+      if (!kt_done)
+        for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
       if constexpr (DC > 0) {
         for (int64_t x = 0; x < DC / 16; ++x) vstore(vt + j * DC + 16 * x, load16(vp + 16 * x));
       } else {
@@ -265,7 +226,8 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
       }
     }
     for (int64_t j = n; j < KB; ++j) {
-      for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = 0.0f;
+      if (!kt_done)
+        for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = 0.0f;
       for (int64_t d = 0; d < D; ++d) vt[j * D + d] = 0.0f;
     }
     if constexpr (DC > 0) {
@@ -364,13 +326,34 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
 template <typename T, int DC>
 void run_all(const Args& a, int64_t num_tasks) {
   const int64_t D = DC ? DC : a.D;
-  const int64_t ws_size = 2 * MAX_ROWS * D + 2 * KB * D;
+  const int64_t ws_size = 3 * MAX_ROWS * D + 2 * KB * D + 16 * (D + 2 * KB);
   std::atomic<int64_t> next{0};
   const int64_t n = num_tasks * a.Hkv;
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(n, 1));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
-    std::vector<float> ws(ws_size);
-    for (int64_t i = next++; i < n; i = next++) run_task<T, DC>(a, i / a.Hkv, i % a.Hkv, ws.data());
+    std::vector<float> buf(ws_size + 16);
+    float* ws = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;  // 64-byte aligned
+    bool amx = false;
+#ifdef RADIXSERVE_ATTN_AMX
+    if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
+      amx = a.bf16_mode >= 2 && amx_permitted();
+      if (amx) amx_configure();
+    }
+#endif
+    for (int64_t i = next++; i < n; i = next++) {
+#ifdef RADIXSERVE_ATTN_BF16
+      if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
+        if (a.bf16_mode >= 1) {
+          run_task_bf16<DC>(a, i / a.Hkv, i % a.Hkv, ws, amx);
+          continue;
+        }
+      }
+#endif
+      run_task<T, DC>(a, i / a.Hkv, i % a.Hkv, ws);
+    }
+#ifdef RADIXSERVE_ATTN_AMX
+    if (amx) _tile_release();
+#endif
   });
 }
 
@@ -463,7 +446,7 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   Args a{q.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), req_to_token.data_ptr<int32_t>(),
          req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
-         static_cast<float>(scale)};
+         static_cast<float>(scale), g_bf16_mode.load(std::memory_order_relaxed)};
   const int64_t num_tasks = tasks.size(0);
   if (q.scalar_type() == at::kFloat) {
     dispatch<float>(a, num_tasks);
@@ -477,6 +460,25 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   }
 }
 
+// The bf16-pool path (Args::bf16_mode: 0 generic fp32 tiles, 1 AVX-512 bf16 tiles, 2 with AMX
+// blocks) for later calls, capped by what this build and the OS allow; returns the mode set.
+// For tests and benchmarks; the default is the best available.
+int64_t attention_bf16_mode(int64_t mode) {
+  int64_t best = 0;
+#ifdef RADIXSERVE_ATTN_BF16
+  best = 1;
+#endif
+#ifdef RADIXSERVE_ATTN_AMX
+  if (amx_permitted()) best = 2;
+#endif
+  mode = std::max<int64_t>(0, std::min(mode, best));
+  g_bf16_mode.store(mode);
+  return mode;
+}
+
 }  // namespace
 
-TORCH_LIBRARY(radixserve_cpu, m) { m.def("paged_attention", &paged_attention); }
+TORCH_LIBRARY(radixserve_cpu, m) {
+  m.def("paged_attention", &paged_attention);
+  m.def("attention_bf16_mode", &attention_bf16_mode);
+}

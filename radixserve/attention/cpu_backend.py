@@ -2,7 +2,10 @@
 
 The kernel (``kernels/cpu/paged_attention.cpp``) reads K/V straight from the pool through the
 request->token table, in the pool's dtype (fp32 or bf16), accumulating in fp32 with an
-online softmax; no per-layer gather, no dtype conversion of the context.  Requests that share
+online softmax; no per-layer gather, no dtype conversion of the context.  Over a bf16 pool
+with AVX-512 it runs pair-interleaved bf16 tiles (``kernels/cpu/attn_bf16.h``), with AMX
+tile products for blocks of 4+ query rows where the CPU and the OS allow (the probabilities
+are rounded to bf16 there).  Requests that share
 leading slots read the shared part once, and GQA query heads share every K/V tile.
 ``init_forward_metadata`` builds the plan (``cpu_plan.py``) once per step; each layer is
 one call into the kernel.  A shared prefix with at least ``DENSE_MIN_ROWS`` query rows per
