@@ -3,7 +3,8 @@ the int8 decode linear),
 compiled on first use into one library, ``torch.ops.radixserve_cpu``.
 
 ``load()`` builds the C++ sources with the system compiler (``$CXX``, else ``c++``) against the
-installed torch, with ``-O3 -march=native`` for the machine at hand, into
+installed torch, with ``-O3 -march=native`` for the machine at hand (``$RADIXSERVE_CPU_MARCH``
+overrides ``native``: ``x86-64-v3`` builds the AVX2 code, which runs on any newer CPU), into
 ``$RADIXSERVE_CACHE/kernels/<hash>/`` (the hash covers the source, the compile command, the torch
 version, the compiler and the CPU), and loads it as ``torch.ops.radixserve_cpu``; later starts load the
 cached library.  It logs one line when it compiles.  It returns False, and logs one warning,
@@ -49,7 +50,8 @@ def _compile_command(cxx: str, sources: tuple[str, ...], out: str) -> list[str]:
     tdir = os.path.dirname(torch.__file__)
     lib = os.path.join(tdir, "lib")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    return [cxx, "-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-std=c++17",
+    march = os.environ.get("RADIXSERVE_CPU_MARCH", "native")  # e.g. x86-64-v3: test the AVX2 code on any CPU
+    return [cxx, "-O3", f"-march={march}", "-mprefer-vector-width=512", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-std=c++17",
             "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", os.path.join(tdir, "include"),
             *sources, "-o", out, f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
 

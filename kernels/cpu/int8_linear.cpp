@@ -32,7 +32,9 @@
 
 namespace {
 
-using radixserve_cpu::dot_i16;
+#if defined(__AVX512BW__)
+using radixserve_cpu::dot_i16;  // the int16 inner product exists only with AVX-512BW
+#endif
 using radixserve_cpu::from_f;
 using radixserve_cpu::G;
 using radixserve_cpu::HAVE_I16;
