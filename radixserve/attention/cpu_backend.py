@@ -68,7 +68,7 @@ class CpuBackend(AttentionBackend):
                batch: ForwardBatch) -> torch.Tensor:
         pool = self.kv_pool
         plan = self._plan(batch, q.shape[1] // pool.num_kv_heads)
-        qc = q.to(pool.dtype).contiguous()
+        qc = (q if q.dtype == pool.dtype else q.to(pool.dtype)).contiguous()
         out = torch.empty_like(qc)
         parts = self._dense_parts(qc, layer_id, scaling, batch, plan) if plan.dense else None
         cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,

@@ -31,8 +31,10 @@ class KVPool:
 
     def set_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Scatter new keys/values ``[n, num_kv_heads, head_dim]`` into slots ``loc [n]``."""
-        self.k_buffer[layer_id].index_copy_(0, loc, k.to(self.dtype))
-        self.v_buffer[layer_id].index_copy_(0, loc, v.to(self.dtype))
+        if k.dtype != self.dtype:  # (a no-op .to still costs a dispatch per layer)
+            k, v = k.to(self.dtype), v.to(self.dtype)
+        self.k_buffer[layer_id].index_copy_(0, loc, k)
+        self.v_buffer[layer_id].index_copy_(0, loc, v)
 
     @staticmethod
     def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
