@@ -317,7 +317,6 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
   const int64_t rows = (ee - es) * G;
   const uint16_t* kbuf = static_cast<const uint16_t*>(a.k);
   const uint16_t* vbuf = static_cast<const uint16_t*>(a.v);
-  const uint16_t* qbuf = static_cast<const uint16_t*>(a.q);
   uint32_t* __restrict q2 = reinterpret_cast<uint32_t*>(ws);  // [rows (+16 padding), NP] query pairs
   float* __restrict o = ws + (MAX_ROWS + 16) * NP;            // [rows, DC], dims as dim_of
   __m512i* __restrict kt = reinterpret_cast<__m512i*>(o + MAX_ROWS * DC);  // [NP][2]
@@ -326,21 +325,13 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
   float* __restrict sb = qf + MAX_ROWS * DC;  // scratch of row_block_amx
   float m[MAX_ROWS], l[MAX_ROWS];
   int64_t qpos[MAX_ROWS];
-  int64_t maxp = -1;
-  for (int64_t i = 0; i < ee - es; ++i) {
-    const int64_t tok = a.entry_tok[es + i];
-    const int64_t p = a.pos[tok];
-    maxp = std::max(maxp, p);
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t r = i * G + g;
-      const uint16_t* src = qbuf + (tok * a.H + h * G + g) * DC;
-      std::memcpy(q2 + r * NP, src, DC * sizeof(uint16_t));
-      for (int d = 0; d < DC; ++d) qf[r * DC + d] = to_f(src[d]);
-      qpos[r] = p;
-      m[r] = NEG_INF;
-      l[r] = 0.0f;
-    }
-  }
+  const int64_t maxp = for_each_query<uint16_t>(a, es, ee, h, DC, [&](int64_t r, const uint16_t* src, int64_t p) {
+    std::memcpy(q2 + r * NP, src, DC * sizeof(uint16_t));
+    for (int d = 0; d < DC; ++d) qf[r * DC + d] = to_f(src[d]);
+    qpos[r] = p;
+    m[r] = NEG_INF;
+    l[r] = 0.0f;
+  });
   std::fill(o, o + rows * DC, 0.0f);
   const int32_t* slots = a.r2t + row * a.r2t_stride;
   const int64_t kend = std::min<int64_t>(ke, maxp + 1);

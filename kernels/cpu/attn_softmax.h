@@ -27,14 +27,7 @@ inline v16 vexp_le0(v16 x) {
   x = x < lo ? lo : x;
   const v16 shift = v16{} + 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to nearest
   const v16 n = (x * 1.44269504088896341f + shift) - shift;
-  const v16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  v16 p = v16{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const v16 p = radixserve_cpu::exp_reduced(x, n);
   const i32x16 bits = (__builtin_convertvector(n, i32x16) + 127) << 23;
   v16 scale;
   std::memcpy(&scale, &bits, sizeof(scale));

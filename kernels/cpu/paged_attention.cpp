@@ -62,14 +62,28 @@ struct Args {
   int64_t bf16_mode;  // bf16 pool: 0 the generic fp32 tiles, 1 the AVX-512 bf16 tiles, 2 those with AMX blocks
 };
 
+// Calls fn(r, src, p) for every query row of entries [es, ee) and KV head h (row r = i * G + g
+// for entry i and query head g of the group), src its D values, p its position; returns the
+// largest position.
+template <typename T, typename F>
+int64_t for_each_query(const Args& a, int64_t es, int64_t ee, int64_t h, int64_t D, F&& fn) {
+  const T* q = static_cast<const T*>(a.q);
+  const int64_t G = a.H / a.Hkv;
+  int64_t maxp = -1;
+  for (int64_t i = 0; i < ee - es; ++i) {
+    const int64_t tok = a.entry_tok[es + i];
+    const int64_t p = a.pos[tok];
+    maxp = std::max(maxp, p);
+    for (int64_t g = 0; g < G; ++g) fn(i * G + g, q + (tok * a.H + h * G + g) * D, p);
+  }
+  return maxp;
+}
+
 // Loads the query rows of a task (pre-scaled) and clears its accumulators; rows are padded to
 // a multiple of RB with rows that see no key.  Returns the largest query position.
 template <typename T>
 int64_t load_queries(const Args& a, int64_t es, int64_t ee, int64_t h, int64_t D, int64_t rows_p, float* qf,
                      float* o, float* m, float* l, int64_t* qpos) {
-  const T* q = static_cast<const T*>(a.q);
-  const int64_t G = a.H / a.Hkv;
-  int64_t maxp = -1;
   std::fill(qf, qf + rows_p * D, 0.0f);
   std::fill(o, o + rows_p * D, 0.0f);
   for (int64_t r = 0; r < rows_p; ++r) {
@@ -77,18 +91,10 @@ int64_t load_queries(const Args& a, int64_t es, int64_t ee, int64_t h, int64_t D
     l[r] = 0.0f;
     qpos[r] = -1;
   }
-  for (int64_t i = 0; i < ee - es; ++i) {
-    const int64_t tok = a.entry_tok[es + i];
-    const int64_t p = a.pos[tok];
-    maxp = std::max(maxp, p);
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t r = i * G + g;
-      const T* src = q + (tok * a.H + h * G + g) * D;
-      for (int64_t d = 0; d < D; ++d) qf[r * D + d] = to_f(src[d]) * a.scale;
-      qpos[r] = p;
-    }
-  }
-  return maxp;
+  return for_each_query<T>(a, es, ee, h, D, [&](int64_t r, const T* src, int64_t p) {
+    for (int64_t d = 0; d < D; ++d) qf[r * D + d] = to_f(src[d]) * a.scale;
+    qpos[r] = p;
+  });
 }
 
 #include "attn_softmax.h"
