@@ -185,8 +185,10 @@ def test_dense_groups_only_past_the_row_threshold():
 
 
 def test_causal_dense_blocks_for_prompts_with_nothing_cached(monkeypatch):
-    """A request's own keys that are exactly its new tokens go to flash attention, causal."""
+    """A request's own keys that are exactly its new tokens go to flash attention, causal
+    (the backend's AMX check is defeated so that bf16 pools take this path too)."""
     monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
+    monkeypatch.setattr(cpu_backend, "AMX_BF16", -99)
     for dtype in (torch.float32, torch.bfloat16):
         pool, batch, q, rows = make_case(23, ForwardMode.EXTEND, 9, 3, 64, dtype, False, n_req=12)
         out, plan = run_cpu(pool, batch, q)
@@ -194,6 +196,19 @@ def test_causal_dense_blocks_for_prompts_with_nothing_cached(monkeypatch):
         check(out, ref, dtype)
         squares = [i for i, p in enumerate(batch.extend_prefix_lens_cpu) if p == 0]
         assert sum(causal for *_, causal in plan.dense) == len(squares) > 0
+
+
+def test_with_amx_a_bf16_prompts_own_block_stays_in_the_kernel(monkeypatch):
+    """Where the kernel runs AMX blocks on a bf16 pool, own causal blocks stay in the kernel
+    (faster there) while shared prefixes still go to flash; an fp32 pool keeps both."""
+    monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
+    amx = int(torch.ops.radixserve_cpu.attention_bf16_mode(-1)) == cpu_backend.AMX_BF16
+    for dtype in (torch.float32, torch.bfloat16):
+        pool, batch, q, rows = make_case(23, ForwardMode.EXTEND, 9, 3, 64, dtype, False, n_req=12)
+        out, plan = run_cpu(pool, batch, q)
+        check(out, reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125), dtype)
+        causal = sum(c for *_, c in plan.dense)
+        assert causal == 0 if (amx and dtype == torch.bfloat16) else causal > 0
 
 
 def test_plan_covers_every_token_and_reads_shared_prefix_once():

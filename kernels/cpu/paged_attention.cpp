@@ -468,8 +468,13 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
 
 // The bf16-pool path (Args::bf16_mode: 0 generic fp32 tiles, 1 AVX-512 bf16 tiles, 2 with AMX
 // blocks) for later calls, capped by what this build and the OS allow; returns the mode set.
-// For tests and benchmarks; the default is the best available.
+// A negative mode changes nothing and returns the mode in effect.  Setting is for tests and
+// benchmarks; the default is the best available.
 int64_t attention_bf16_mode(int64_t mode) {
+  if (mode < 0) {
+    const int64_t cur = g_bf16_mode.load();
+    return cur >= 2 ? attention_bf16_mode(cur) : cur;  // the default 2 is capped on first ask
+  }
   int64_t best = 0;
 #ifdef RADIXSERVE_ATTN_BF16
   best = 1;

@@ -29,6 +29,7 @@ Tasks are ordered by decreasing cost (keys x entries) for the kernel's dynamic s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import torch
@@ -76,10 +77,13 @@ def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> li
 
 def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext_lens: np.ndarray,
                start_loc: np.ndarray, heads_per_kv: int, num_kv_heads: int, num_threads: int,
-               min_shared: int = 32, max_rows: int = 128, dense_min_rows: int = 0) -> CpuAttnPlan:
+               min_shared: int = 32, max_rows: int = 128, dense_min_rows: int = 0,
+               dense_causal_min_rows: Optional[int] = None) -> CpuAttnPlan:
     """``rows [B, >= max(seq_lens)]``: each request's slots (for prefix detection only);
     ``req_rows [B]`` its row in req_to_token; ``start_loc``/``ext_lens``: its packed tokens;
-    ``dense_min_rows``: see "Dense groups" (0: none)."""
+    ``dense_min_rows``: see "Dense groups" (0: none); ``dense_causal_min_rows``: the same for
+    a prompt's own causal block (default: ``dense_min_rows``)."""
+    causal_min = dense_min_rows if dense_causal_min_rows is None else dense_causal_min_rows
     bsz = len(seq_lens)
     block = max(1, max_rows // heads_per_kv)
     own_from = np.zeros(bsz, dtype=np.int64)
@@ -99,7 +103,7 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
         if own_from[i] < seq_lens[i]:
             toks = np.arange(start_loc[i], start_loc[i] + ext_lens[i])
             square = own_from[i] == seq_lens[i] - ext_lens[i]
-            if dense_min_rows > 0 and square and ext_lens[i] * heads_per_kv >= dense_min_rows:
+            if causal_min > 0 and square and ext_lens[i] * heads_per_kv >= causal_min:
                 dense_blocks.append((int(req_rows[i]), int(own_from[i]), int(seq_lens[i]), toks, True))
             else:
                 ranges.append((int(req_rows[i]), int(own_from[i]), int(seq_lens[i]), toks))
