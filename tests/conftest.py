@@ -55,6 +55,16 @@ def tiny_hf(tiny_dir):
     return LlamaForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
 
 
+def walk(node: dict) -> list[dict]:
+    """Every node of a ``/cache/tree`` answer's tree (depth first)."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n["children"])
+    return out
+
+
 def make_engine(path: str, **kw):
     from radixserve import Engine
 

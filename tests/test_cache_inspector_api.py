@@ -16,19 +16,11 @@ import httpx
 import pytest
 
 from radixserve.server.inspector_models import CacheStatsReply, CacheTree
+from conftest import walk
 from server_harness import ServerHandle
 
 SYSTEM = ("You are a meticulous assistant for the Riverside public library. Answer questions about "
           "opening hours, loans and events briefly and politely, and never invent a policy.")
-
-
-def walk(node: dict) -> list[dict]:
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        stack.extend(n["children"])
-    return out
 
 
 def check_idle_invariants(srv: ServerHandle) -> None:

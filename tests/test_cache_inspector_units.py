@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from conftest import walk
 from kv_helpers import make_cache, make_kv
 from radixserve.mem_cache.cache_stats import CacheStats
 from radixserve.mem_cache.invariants import check_memory_invariants
@@ -23,15 +24,6 @@ class FakeClock:
 
 def slots(start: int, n: int) -> torch.Tensor:
     return torch.arange(start, start + n, dtype=torch.int64)
-
-
-def walk(node: dict) -> list[dict]:
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        stack.extend(n["children"])
-    return out
 
 
 def test_cache_stats_windows_and_totals():

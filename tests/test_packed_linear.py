@@ -67,7 +67,7 @@ def test_a_packed_model_computes_the_same_logits(tiny_dir, dtype):
 def test_a_quantized_layers_dense_fallback_is_packed(tiny_dir):
     model = _load(tiny_dir, torch.bfloat16, True, quantization="int8", max_m=2)
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
-    assert len(layers) == 8 and all(m.dense is None and isinstance(m.dense_linear, PackedLinear) for m in layers)
+    assert len(layers) == 8 and all(isinstance(m.dense, PackedLinear) for m in layers)
     assert model.lm_head_packed is not None  # the dense head for calls of more than 2 rows
     if model.lm_head_quant is not None:  # an int8 head for every call: no packed copy
         assert _load(tiny_dir, torch.bfloat16, True, quantization="int8").lm_head_packed is None

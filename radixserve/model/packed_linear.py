@@ -52,12 +52,10 @@ class PackedLinear(nn.Module):
 
 
 def pack_linears(model: nn.Module) -> int:
-    """Replace every plain ``nn.Linear`` of ``model`` (CPU, fp32/bf16 weight) by a PackedLinear,
-    give each QuantLinear's kept dense weight (its large-M path) the same treatment, and give a
-    ``LlamaForCausalLM`` a packed LM head (``lm_head_packed``; the tied embedding stays as it is).
-    Returns how many weights were packed."""
-    from radixserve.model.quant import QuantLinear
-
+    """Replace every plain ``nn.Linear`` of ``model`` (CPU, fp32/bf16 weight; a QuantLinear's
+    large-M ``dense`` layer included) by a PackedLinear, and give a ``LlamaForCausalLM`` a packed
+    LM head (``lm_head_packed``; the tied embedding stays as it is).  Returns how many weights
+    were packed."""
     done = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
@@ -65,10 +63,6 @@ def pack_linears(model: nn.Module) -> int:
                 continue
             if type(child) is nn.Linear and child.weight.device.type == "cpu" and available(child.weight.dtype):
                 setattr(module, name, PackedLinear(child.weight, child.bias))
-                done += 1
-            elif isinstance(child, QuantLinear) and child.dense is not None and available(child.dense.dtype):
-                child.dense_linear = PackedLinear(child.dense, child.bias)
-                child.dense = None
                 done += 1
     head = getattr(model, "lm_head_weight", None)
     quant_head_only = getattr(model, "lm_head_quant", None) is not None and getattr(model, "lm_head_max_m", 0) is None

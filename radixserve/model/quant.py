@@ -39,7 +39,6 @@ import logging
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixserve.kernels import cpu_native
@@ -131,6 +130,15 @@ def _onednn() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
 
 
+def _dense_layer(weight: torch.Tensor, bias: Optional[torch.Tensor], dtype: torch.dtype) -> nn.Linear:
+    """An inference-only ``nn.Linear`` holding ``weight`` and ``bias`` in ``dtype``."""
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    layer.weight = nn.Parameter(weight.detach().to(dtype), requires_grad=False)
+    if bias is not None:
+        layer.bias = nn.Parameter(bias.detach().to(dtype), requires_grad=False)
+    return layer
+
+
 class QuantLinear(nn.Module):
     """``y = x @ W.T + b`` with ``W`` held quantized by ``method`` (see the module docstring).
 
@@ -138,7 +146,7 @@ class QuantLinear(nn.Module):
     ``act_dtype``, equal to ``F.linear(x, dequantized W, b)`` up to the kernel's rounding (w8a8
     also rounds ``x`` to int8 per token); with ``in_scale`` the kernel computes on
     ``W * in_scale`` and ``x / in_scale``.  With ``max_m`` set, calls with more than ``max_m``
-    rows run ``F.linear`` on the original weight instead (kept in ``act_dtype``).  The kernel
+    rows run the original weight instead (``dense``, a plain ``nn.Linear`` in ``act_dtype``).  The kernel
     tensors are plain attributes, not parameters: ``Module.to`` leaves them alone, and the
     layer cannot be trained or moved to another device.
     """
@@ -152,8 +160,8 @@ class QuantLinear(nn.Module):
         self.method, self.act_dtype, self.max_m = method, act_dtype, max_m
         self.in_features, self.out_features = k, n
         self.bias = None if bias is None else bias.detach().to(act_dtype)
-        self.dense = weight.detach().to(act_dtype) if max_m is not None else None
-        self.dense_linear: Optional[nn.Module] = None  # set by packed_linear.pack_linears (replaces dense)
+        # the large-M path, a plain nn.Linear child (so packed_linear.pack_linears packs it like any other)
+        self.dense = _dense_layer(weight, bias, act_dtype) if max_m is not None else None
         weight = weight.detach().float()
         self.inv_scale, self.native = None, False
         native = method == "int8" and weight.device.type == "cpu" and cpu_native.load()
@@ -184,10 +192,8 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.dim() == 2  # the model's activations are [tokens, features]: no reshapes (decode is op-bound)
         x2 = x if flat else x.reshape(-1, self.in_features)
-        if self.max_m is not None and x2.shape[0] > self.max_m:
-            if self.dense_linear is not None:
-                return self.dense_linear(x)
-            return F.linear(x, self.dense, self.bias)
+        if self.dense is not None and x2.shape[0] > self.max_m:
+            return self.dense(x)
         y = self._kernel(x2)
         if self.bias is not None:
             y = y + self.bias

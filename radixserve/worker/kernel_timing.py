@@ -40,14 +40,14 @@ HOT_REPS = 10  # best of this many calls per shape above COLD_MAX_M (a call take
 DENSE = ("float32", "bfloat16")
 PATHS = DENSE + METHODS
 PACKED = "+packed"  # suffix of a dense path on prepacked weights
+Shapes = tuple[tuple[int, int], ...]  # (in_features, out_features) of the timed linear layers
+Timings = dict[str, dict[int, float]]  # path -> M -> seconds for one call per shape, summed
+Timer = Callable[[str, Shapes, tuple[int, ...]], dict[int, float]]  # (path, shapes, Ms)
 
 
 def packed_paths(dtypes: tuple[str, ...] = DENSE) -> tuple[str, ...]:
     """The packed variants of ``dtypes`` this torch build can run."""
     return tuple(d + PACKED for d in dtypes if packed_linear.available(getattr(torch, d)))
-Shapes = tuple[tuple[int, int], ...]  # (in_features, out_features) of the timed linear layers
-Timings = dict[str, dict[int, float]]  # path -> M -> seconds for one call per shape, summed
-Timer = Callable[[str, Shapes, tuple[int, ...]], dict[int, float]]  # (path, shapes, Ms)
 
 
 def linear_shapes(config: Any) -> Shapes:
