@@ -28,15 +28,17 @@ def test_the_avx2_build_passes_the_kernel_tests(tmp_path):
     env = {**os.environ, "RADIXSERVE_CPU_MARCH": "x86-64-v3", "RADIXSERVE_CACHE": str(tmp_path)}
     check = ("from radixserve.kernels import cpu_native; import torch;"
              "assert cpu_native.load(), cpu_native._state;"
-             "print([op for op in ('paged_attention', 'int8_linear', 'silu_mul', 'add_rms_norm', 'rope_')"
+             "print([op for op in ('paged_attention', 'int8_linear', 'blocked_linear', 'silu_mul', 'add_rms_norm', 'rope_')"
              " if hasattr(torch.ops.radixserve_cpu, op)])")
     built = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
-    assert all(op in built.stdout for op in ("paged_attention", "int8_linear", "silu_mul", "add_rms_norm", "rope_"))
+    assert all(op in built.stdout
+               for op in ("paged_attention", "int8_linear", "blocked_linear", "silu_mul", "add_rms_norm", "rope_"))
     # the same cache: the tests load the AVX2 library just built (a skip would hide a failure: -rs)
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs",
                             "tests/test_attention_cpu.py", "tests/test_fused_ops.py", "tests/test_quant.py",
+                            "tests/test_blocked_linear.py",
                             "-k", "not engine and not smollm2"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     tail = tests.stdout[-3000:]

@@ -32,6 +32,26 @@ def test_rms_norm_and_add(dtype, rows):
     close(n, ref_n, dtype)
 
 
+@pytest.mark.parametrize("rows", [1, 9])
+def test_add_rms_norm_keeps_an_fp32_residual_stream_under_bf16(rows):
+    """A bf16 model's residual stream is fp32: the sum stays fp32 (not rounded to bf16), the
+    normed output is bf16; native and torch agree, and a bf16 stream would differ."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 576, generator=g).bfloat16()
+    res = torch.randn(rows, 576, generator=g) * 1e-3 + 3.0  # low bits that bf16 would lose
+    w = (1 + 0.1 * torch.randn(576, generator=g)).bfloat16()
+    want_r = res + x.float()
+    for ops in (TorchOps, NativeCpuOps):
+        n, r = ops.add_rms_norm(x.clone(), res.clone(), w, 1e-5)
+        assert r.dtype == torch.float32 and n.dtype == torch.bfloat16
+        torch.testing.assert_close(r, want_r, rtol=1e-6, atol=1e-6)
+        assert (r - want_r.bfloat16().float()).abs().max() > 1e-4  # not rounded through bf16
+        want_n = (w.float() * (want_r * torch.rsqrt(want_r.pow(2).mean(-1, keepdim=True) + 1e-5)))
+        close(n, want_n.bfloat16(), torch.bfloat16)
+    with pytest.raises(RuntimeError, match="residual of it or float32"):
+        torch.ops.radixserve_cpu.add_rms_norm(x.float(), res.bfloat16(), w.float(), 1e-5)
+
+
 @DTYPES
 def test_rope_in_place_on_strided_views(dtype):
     g = torch.Generator().manual_seed(1)

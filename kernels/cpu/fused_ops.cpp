@@ -27,17 +27,18 @@ inline float round_as(float x, uint16_t*) {  // the value as the output dtype st
 template <typename T>
 T* ptr(const at::Tensor& t) { return reinterpret_cast<T*>(t.data_ptr()); }
 
-// residual = x + residual (if add); x = weight * round(residual * rsqrt(mean(residual^2) + eps))
-template <typename T>
+// residual = x + residual (if add); x = weight * round(residual * rsqrt(mean(residual^2) + eps)).
+// The residual stream R may be fp32 under a bf16 x (T): a bf16 model keeps it in fp32.
+template <typename T, typename R = T>
 void add_rms_norm_impl(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps, bool add) {
   const int64_t rows = x.size(0), dim = x.size(1);
   T* xp = ptr<T>(x);
-  T* rp = ptr<T>(residual);
+  R* rp = ptr<R>(residual);
   const T* wp = ptr<T>(weight);
   at::parallel_for(0, rows, 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       T* xr = xp + i * dim;
-      T* rr = rp + i * dim;
+      R* rr = rp + i * dim;
       float ss = 0.0f;
       if (add) {
         for (int64_t d = 0; d < dim; ++d) from_f(rr + d, to_f(xr[d]) + to_f(rr[d]));
@@ -56,10 +57,12 @@ void add_rms_norm_impl(at::Tensor& x, at::Tensor& residual, const at::Tensor& we
 void add_rms_norm(at::Tensor x, at::Tensor residual, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && residual.is_contiguous() && x.sizes() == residual.sizes(),
               "add_rms_norm: contiguous [tokens, hidden] x and residual");
-  TORCH_CHECK(x.scalar_type() == residual.scalar_type() && x.scalar_type() == weight.scalar_type(),
-              "add_rms_norm: one dtype");
+  TORCH_CHECK(x.scalar_type() == weight.scalar_type() &&
+                  (residual.scalar_type() == x.scalar_type() || residual.scalar_type() == at::kFloat),
+              "add_rms_norm: x and weight of one dtype, residual of it or float32");
   if (x.scalar_type() == at::kFloat) return add_rms_norm_impl<float>(x, residual, weight, eps, true);
   TORCH_CHECK(x.scalar_type() == at::kBFloat16, "add_rms_norm: float32 or bfloat16");
+  if (residual.scalar_type() == at::kFloat) return add_rms_norm_impl<uint16_t, float>(x, residual, weight, eps, true);
   add_rms_norm_impl<uint16_t>(x, residual, weight, eps, true);
 }
 

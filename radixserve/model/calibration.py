@@ -2,7 +2,7 @@
 
 Two fixed sets of texts, tokenized with the model's own tokenizer: ``FIT`` (~300 tokens with
 SmolLM2's tokenizer) is what the input-channel scales of ``model/quant.py`` are searched on;
-``CHECK`` (~600 tokens; a chat turn, prose, code, a how-to, a dialogue, numbers) is what
+``CHECK`` (~1,300 tokens; chat turns, prose, code, a how-to, notes, a config, numbers) is what
 ``worker/quant_accuracy.py`` measures agreement on, so a method is never checked on the text
 its scales were fitted to.  ``CALIBRATION_VERSION`` is part of every cache key built on them.
 
@@ -29,7 +29,7 @@ from radixserve.tokenizer import load_hf_tokenizer
 
 logger = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: CHECK doubled (~1,300 tokens), so that a method at 98% clears the bar's bound
 FIT = (
     "The Amazon River in South America is the largest river in the world by discharge volume of water. It "
     "flows for about 6,400 kilometres from the Andes mountains of Peru to the Atlantic Ocean, and its basin "
@@ -80,6 +80,34 @@ CHECK = (
     "import numpy as np\n\ndef normalize(v):\n    norm = np.linalg.norm(v)\n    return v if norm == 0 else "
     "v / norm\n\nvectors = np.random.rand(10, 3)\nunit = np.array([normalize(v) for v in vectors])\n"
     "print(unit.shape, np.allclose(np.linalg.norm(unit, axis=1), 1.0))\n",
+    "<|im_start|>user\nCan you explain what a mortgage is in simple terms?<|im_end|>\n<|im_start|>assistant\n"
+    "A mortgage is a loan you take out to buy a home. The bank pays the seller, and you pay the bank back "
+    "in monthly instalments over many years, usually fifteen to thirty. Each payment covers part of the "
+    "amount you borrowed and some interest. If you stop paying, the bank can take the house, because the "
+    "house is the security for the loan.<|im_end|>\n",
+    "The Great Barrier Reef, off the coast of Queensland in Australia, is the largest coral reef system on "
+    "Earth. It stretches for more than 2,300 kilometres and is made of thousands of individual reefs and "
+    "hundreds of islands. Rising sea temperatures have caused several mass bleaching events since 1998, "
+    "when corals expel the algae that give them their colour and most of their food.",
+    "function debounce(fn, wait) {\n  let timer = null;\n  return function (...args) {\n    clearTimeout("
+    "timer);\n    timer = setTimeout(() => fn.apply(this, args), wait);\n  };\n}\n\nconst onResize = "
+    "debounce(() => console.log(window.innerWidth), 200);\nwindow.addEventListener(\"resize\", onResize);\n",
+    "Meeting notes, 4 June\nAttendees: Priya, Marco, Lena, Sam\n- The launch moves from 20 June to 1 July "
+    "because the payment tests are not finished.\n- Marco will ask the design team for the final icons by "
+    "Friday.\n- Lena reported that support tickets fell by 18% after the new help pages went live.\n"
+    "Next meeting: Tuesday at 10:00.",
+    "<|im_start|>user\nA rectangle is 8 cm long and 5 cm wide. What are its area and its perimeter?"
+    "<|im_end|>\n<|im_start|>assistant\nThe area is length times width: 8 x 5 = 40 square centimetres. The "
+    "perimeter is twice the sum of the sides: 2 x (8 + 5) = 26 centimetres.<|im_end|>\n",
+    "When the first settlers arrived, the valley was covered with oak and beech. They cleared the lower "
+    "slopes for wheat and sheep, built a mill where the river narrows, and within a century the forest "
+    "survived only on the steep ground above the village, where the soil was too thin to plough.",
+    "server:\n  host: 0.0.0.0\n  port: 8080\n  workers: 4\ndatabase:\n  url: postgres://app@db:5432/shop\n"
+    "  pool_size: 10\n  timeout_seconds: 30\nlogging:\n  level: info\n  format: json\n",
+    "Vaccines train the immune system to recognise a germ without causing the disease. Most contain a "
+    "weakened or inactivated form of the germ, or one of its proteins. After vaccination, the body makes "
+    "antibodies and memory cells, so that if the real germ appears later, the immune system can respond "
+    "quickly and strongly.",
 )
 
 

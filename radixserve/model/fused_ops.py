@@ -5,8 +5,9 @@ C++ ops of ``kernels/cpu/fused_ops.cpp`` (one pass each, no temporaries), used o
 when the native library builds.  Both compute in fp32 and round bf16 results at the same
 points (after the residual add, after normalizing, after SiLU, after each product).
 
-Contracts: ``add_rms_norm(x, residual, w, eps)`` returns ``(normed, residual + x)`` and may
-overwrite both inputs (callers never reuse them); ``rope_(q, k, positions, cos, sin)``
+Contracts: ``add_rms_norm(x, residual, w, eps)`` returns ``(normed, residual + x)``, normed in
+x's dtype and the sum in the residual's (fp32 under a bf16 x: a bf16 model keeps its residual
+stream in fp32), and may overwrite both inputs (callers never reuse them); ``rope_(q, k, positions, cos, sin)``
 rotates q and k in place (they may be strided views of the fused qkv output);
 ``silu_mul(gate_up)`` returns ``silu(gate) * up`` for ``gate_up = [gate | up]``.
 """
@@ -22,15 +23,16 @@ class TorchOps:
     name = "torch"
 
     @staticmethod
-    def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``w * normalize(x)``, normalized in fp32 and rounded to ``dtype`` (default x's)."""
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        return w * h.to(x.dtype)
+        return w * h.to(dtype or x.dtype)
 
     @classmethod
     def add_rms_norm(cls, x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float):
-        residual = residual + x
-        return cls.rms_norm(residual, w, eps), residual
+        residual = (residual + x).to(residual.dtype)
+        return cls.rms_norm(residual, w, eps, x.dtype), residual
 
     @staticmethod
     def rope_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

@@ -31,6 +31,12 @@ class RMSNorm(nn.Module):
         """``(norm(residual + x), residual + x)``; may overwrite ``x`` and ``residual``."""
         return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
 
+    def add_forward_fp32(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``norm(residual + x)`` in fp32, not rounded to the model's dtype (for the few rows
+        the LM head reads); ``x`` and ``residual`` are not changed."""
+        r = residual.float() + x.float()
+        return self.weight.float() * (r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + self.eps))
+
 
 def rope_parameters(config: Any) -> dict[str, Any]:
     """Normalize the rope settings of old (rope_theta + rope_scaling) and new

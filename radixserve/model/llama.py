@@ -67,9 +67,12 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
                 backend: AttentionBackend) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` is the previous layer's MLP output (the embeddings for the first layer, with
-        ``residual`` None); returns this layer's MLP output and the residual stream before it."""
+        ``residual`` None); returns this layer's MLP output and the residual stream before it.
+        The residual stream is fp32 whatever the model's dtype, as llama.cpp keeps it: a few kB
+        per token (SmolLM2-135M, int4 weights: teacher-forced argmax agreement with fp32 97.4%
+        with a bf16 stream, 98.0% with an fp32 one, before the fp32 final hidden states)."""
         if residual is None:
-            residual, x = x, self.input_layernorm(x)
+            residual, x = x.float(), self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm.add_forward(x, residual)
         x, residual = self.post_attention_layernorm.add_forward(self.self_attn.forward(x, batch, backend), residual)
@@ -113,7 +116,9 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def final_hidden(self, batch: ForwardBatch, backend: AttentionBackend, rows: torch.Tensor) -> torch.Tensor:
         """Run every layer over the batch (writing its KV); the final-normed hidden states of
-        ``rows`` only ``[len(rows), hidden_size]`` (what the LM head and embeddings read)."""
+        ``rows`` only ``[len(rows), hidden_size]`` (what the LM head and embeddings read), in
+        fp32 whatever the model's dtype: rounding them to bf16 cost SmolLM2-135M (int4 weights,
+        int8 head) 1.2 points of teacher-forced argmax agreement with fp32 (98.0% -> 99.2%)."""
         x, residual = self.embed_tokens(batch.input_ids), None
         # .forward on the containers: nn.Module.__call__'s hook checks cost about a microsecond a
         # call (the linear layers keep __call__: calibration hooks them)
@@ -121,17 +126,21 @@ class LlamaForCausalLM(nn.Module):
             x, residual = layer.forward(x, residual, batch, backend)
         if residual is None:
             return self.norm(x.index_select(0, rows))
-        x, _ = self.norm.add_forward(x.index_select(0, rows), residual.index_select(0, rows))
-        return x
+        x, residual = x.index_select(0, rows), residual.index_select(0, rows)
+        if x.dtype == torch.float32:  # the fused op, exactly as every other layer's norm
+            return self.norm.add_forward(x, residual)[0]
+        return self.norm.add_forward_fp32(x, residual)
 
     @torch.inference_mode()
     def logits(self, x: torch.Tensor) -> Optional[torch.Tensor]:
-        """fp32 logits of final hidden states ``x`` (under TP: on rank 0; None on the others)."""
+        """fp32 logits of final hidden states ``x`` (fp32 or the model's dtype; under TP: on rank
+        0; None on the others).  The quantized head reads fp32 x as it is; a dense one in its dtype."""
         if self.lm_head_quant is not None and (self.lm_head_max_m is None or x.shape[0] <= self.lm_head_max_m):
             return self.lm_head_quant(x).float()
         if self.lm_head_packed is not None:
-            return self.lm_head_packed(x).float()
-        return self.tp.gather_vocab(F.linear(x, self.lm_head_weight()).float(), self.config.vocab_size)
+            return self.lm_head_packed(x.to(self.lm_head_packed.weight_dtype)).float()
+        w = self.lm_head_weight()
+        return self.tp.gather_vocab(F.linear(x.to(w.dtype), w).float(), self.config.vocab_size)
 
     # ------------------------------------------------------------------ weights
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
