@@ -39,7 +39,7 @@ def test_pack_round_trip(bits):
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n,k", [(16, 32), (48, 96), (960, 576), (80, 1536)])
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9, 16, 37])  # 16 and more: AMX tiles where the CPU has them
 def test_kernel_matches_its_arithmetic_and_the_dequantized_weights(bits, dtype, n, k, rows):
     u, d, m = _weights(n, k, bits, n + k + rows)
     packed = blocked.pack_blocked(u, d, m, bits)
@@ -64,6 +64,30 @@ def test_input_scale_is_applied_in_fp32(bits):
     want = blocked.blocked_linear(x.float() * s, packed, bits)
     torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2 * float(want.abs().max()))
     assert (blocked.blocked_linear(x, packed, bits).float() - want).abs().max() > 0.1 * want.abs().max()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("rows", [16, 17, 40])
+def test_amx_tiles_and_vnni_give_the_same_numbers(bits, rows):
+    """The AMX path (from 16 rows, where the CPU and the OS allow it) does the same integer
+    products and fp32 epilogue as the VNNI one; with it off, the VNNI path runs every call."""
+    u, d, m = _weights(48, 96, bits, rows)
+    packed = blocked.pack_blocked(u, d, m, bits)
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(rows))
+    op = torch.ops.radixserve_cpu.blocked_amx_mode
+    before = op(-1)
+    try:
+        assert op(0) == 0
+        vnni = blocked.blocked_linear(x, packed, bits)
+        amx_on = op(1) == 1
+        tiles = blocked.blocked_linear(x, packed, bits)
+    finally:
+        op(before)
+    torch.testing.assert_close(tiles, vnni, rtol=1e-6, atol=1e-6 * float(vnni.abs().max()))
+    ref = blocked.reference(x, packed, bits)
+    assert (tiles.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    if not amx_on:
+        pytest.skip("no AMX-INT8 here: only the VNNI path ran")
 
 
 def test_a_wrong_layout_fails_the_comparison():

@@ -16,16 +16,20 @@
 //   8 bits: 8 x 64 bytes; in the o-th, byte 4 j + t = u[16 b + j][32 g + 4 o + t];
 //   then 64 bytes: d of the 16 channels (fp16), then their m.
 // So one 64-byte load serves 16 channels (one int32 lane each) against a broadcast of 4 or 8
-// inputs: no horizontal sums, no shuffles, and one sequential stream per thread.
+// inputs: no horizontal sums, no shuffles, and one sequential stream per thread.  From
+// AMX_MIN_ROWS rows on, where the CPU has AMX-INT8, tiles do the same products (blocked_amx.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include "blocked_amx.h"
 #include "blocked_isa.h"
 #include "common.h"
 
 #include <algorithm>
+#include <atomic>
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -38,6 +42,8 @@ using radixserve_cpu::to_f;
 
 constexpr int64_t GS = 32;  // inputs per group (weights and activations)
 constexpr int64_t PREFETCH_RECORDS = 4;
+constexpr int64_t AMX_MIN_ROWS = 16;  // from here on AMX tiles where the CPU and the OS allow them (at 8, half a tile: slower)
+std::atomic<int> amx_mode{1};         // 0: never (tests compare the paths), 1: from AMX_MIN_ROWS rows
 
 constexpr int64_t weight_bytes(int64_t bits) { return bits == 4 ? 256 : 512; }
 constexpr int64_t record_bytes(int64_t bits) { return weight_bytes(bits) + 64; }
@@ -49,29 +55,63 @@ struct QActs {
   std::vector<float> ds, xs;
 };
 
+// One group of 32 inputs: xh, xl, the scale / 254 and the exact sum (after in_scale, when set).
 template <typename T>
-QActs quantize_acts(const T* x, const float* in_scale, int64_t M, int64_t K) {
-  const int64_t G = K / GS;
-  QActs a{std::vector<int8_t>(M * K), std::vector<int8_t>(M * K), std::vector<float>(M * G),
-          std::vector<float>(M * G)};
-  for (int64_t r = 0; r < M * G; ++r) {
-    const int64_t k0 = (r % G) * GS;
-    const T* src = x + (r / G) * K + k0;
-    float v[GS], amax = 0.0f, sum = 0.0f;
-    for (int64_t k = 0; k < GS; ++k) {
-      v[k] = to_f(src[k]) * (in_scale ? in_scale[k0 + k] : 1.0f);
-      amax = std::max(amax, std::fabs(v[k]));
-      sum += v[k];
+inline void quantize_group(const T* src, const float* is, int8_t* xh, int8_t* xl, float* ds, float* xs) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  __m512 v[2];
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (std::is_same_v<T, float>) {
+      v[h] = _mm512_loadu_ps(src + 16 * h);
+    } else {
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16 * h));
+      v[h] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
     }
-    const float s = amax > 0.0f ? amax / 127.0f : 1.0f, inv = 1.0f / s;
-    for (int64_t k = 0; k < GS; ++k) {
-      const float t = v[k] * inv, h = std::nearbyint(t);
-      a.xh[r * GS + k] = int8_t(h);
-      a.xl[r * GS + k] = int8_t(std::nearbyint((t - h) * 254.0f));
-    }
-    a.ds[r] = s / 254.0f;
-    a.xs[r] = sum;
+    if (is) v[h] = _mm512_mul_ps(v[h], _mm512_loadu_ps(is + 16 * h));
   }
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+  *xs = _mm512_reduce_add_ps(_mm512_add_ps(v[0], v[1]));
+  const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
+  const __m512 inv = _mm512_set1_ps(1.0f / s), k254 = _mm512_set1_ps(254.0f);
+  constexpr int RN = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int h = 0; h < 2; ++h) {
+    const __m512 t = _mm512_mul_ps(v[h], inv), hi = _mm512_roundscale_ps(t, RN);
+    const __m512 lo = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(t, hi), k254), RN);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xh + 16 * h), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(hi)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xl + 16 * h), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(lo)));
+  }
+  *ds = s / 254.0f;
+#else
+  float v[GS], amax = 0.0f, sum = 0.0f;
+  for (int64_t k = 0; k < GS; ++k) {
+    v[k] = to_f(src[k]) * (is ? is[k] : 1.0f);
+    amax = std::max(amax, std::fabs(v[k]));
+    sum += v[k];
+  }
+  const float s = amax > 0.0f ? amax / 127.0f : 1.0f, inv = 1.0f / s;
+  for (int64_t k = 0; k < GS; ++k) {
+    const float t = v[k] * inv, h = std::nearbyint(t);
+    xh[k] = int8_t(h);
+    xl[k] = int8_t(std::nearbyint((t - h) * 254.0f));
+  }
+  *ds = s / 254.0f;
+  *xs = sum;
+#endif
+}
+
+// rows >= M: the arrays are allocated (zeros) for that many rows (the AMX tiles read 16 at a time)
+template <typename T>
+QActs quantize_acts(const T* x, const float* in_scale, int64_t M, int64_t K, int64_t rows) {
+  const int64_t G = K / GS;
+  QActs a{std::vector<int8_t>(rows * K), std::vector<int8_t>(rows * K), std::vector<float>(rows * G),
+          std::vector<float>(rows * G)};
+  at::parallel_for(0, M * G, 2048, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t k0 = (r % G) * GS;
+      quantize_group(x + (r / G) * K + k0, in_scale ? in_scale + k0 : nullptr, a.xh.data() + r * GS,
+                     a.xl.data() + r * GS, a.ds.data() + r, a.xs.data() + r);
+    }
+  });
   return a;
 }
 
@@ -206,16 +246,37 @@ inline void rows_pass(const uint8_t* rec, int64_t G, const QActs& a, int64_t m0,
                             a.xs.data() + m0 * G, K, out);
 }
 
+bool use_amx(int64_t M) {
+#if RADIXSERVE_BLOCKED_AMX
+  return M >= AMX_MIN_ROWS && amx_mode.load() == 1 && radixserve_cpu::blocked_amx_permitted();
+#else
+  return false;
+#endif
+}
+
 template <int BITS, typename T>
 void blocked_impl(const QActs& a, const uint8_t* w, int64_t M, int64_t K, int64_t NB, T* y) {
   const int64_t G = K / GS, N = NB * 16, REC = record_bytes(BITS);
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const bool amx = use_amx(M);
   at::parallel_for(0, NB, (NB + threads - 1) / threads, [&](int64_t b0, int64_t b1) {
-    float out[2 * MAX_MB * 16];
+    float out[16 * 16];
     auto store = [&](int64_t b, int64_t m0, int64_t mb, const float* o) {
       for (int64_t i = 0; i < mb; ++i)
         for (int j = 0; j < 16; ++j) from_f(y + (m0 + i) * N + b * 16 + j, o[i * 16 + j]);
     };
+#if RADIXSERVE_BLOCKED_AMX
+    if (amx) {
+      radixserve_cpu::blocked_amx_configure();
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t m0 = 0; m0 < M; m0 += 16) {
+          radixserve_cpu::amx_block<BITS>(w + b * G * REC, G, a.xh.data() + m0 * K, a.xl.data() + m0 * K,
+                                          a.ds.data() + m0 * G, a.xs.data() + m0 * G, K, out);
+          store(b, m0, std::min<int64_t>(16, M - m0), out);
+        }
+      return;
+    }
+#endif
     for (int64_t b = b0; b < b1;) {
       const uint8_t* rec = w + b * G * REC;
 #if RADIXSERVE_BLOCKED_SIMD
@@ -247,7 +308,8 @@ void blocked_impl(const QActs& a, const uint8_t* w, int64_t M, int64_t K, int64_
 template <typename T>
 void dispatch(const at::Tensor& x, const at::Tensor& w, int64_t bits, const float* in_scale, at::Tensor& y) {
   const int64_t M = x.size(0), K = x.size(1), NB = w.size(0);
-  const QActs a = quantize_acts(reinterpret_cast<const T*>(x.data_ptr()), in_scale, M, K);
+  const int64_t rows = use_amx(M) ? (M + 15) / 16 * 16 : M;
+  const QActs a = quantize_acts(reinterpret_cast<const T*>(x.data_ptr()), in_scale, M, K, rows);
   T* yp = reinterpret_cast<T*>(y.data_ptr());
   if (bits == 4) {
     blocked_impl<4>(a, w.data_ptr<uint8_t>(), M, K, NB, yp);
@@ -281,8 +343,20 @@ at::Tensor blocked_linear(const at::Tensor& x, const at::Tensor& w, int64_t bits
   return y;
 }
 
+// n = 0 or 1 sets whether calls of AMX_MIN_ROWS rows or more use the AMX tiles; n < 0 only reads.
+// Returns the mode in force: 1 only where the CPU and the OS allow the tiles.
+int64_t blocked_amx_mode(int64_t n) {
+  if (n >= 0) amx_mode.store(n > 0 ? 1 : 0);
+#if RADIXSERVE_BLOCKED_AMX
+  return amx_mode.load() == 1 && radixserve_cpu::blocked_amx_permitted() ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
   m.def("blocked_linear(Tensor x, Tensor w, int bits, Tensor? in_scale=None) -> Tensor", &blocked_linear);
+  m.def("blocked_amx_mode(int n) -> int", &blocked_amx_mode);
 }
