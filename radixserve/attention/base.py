@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -73,6 +73,12 @@ class AttentionBackend(ABC):
     ``[num_tokens, num_heads, head_dim]`` in q's dtype.  No backend loops in Python over the
     requests of the batch.  Backends are built by ``attention.registry.create_attention_backend``.
     """
+
+    # When set (to the pool's dtype), ``attend`` reads the new tokens' K/V from the pool only, never
+    # from its ``k``/``v`` arguments: a caller whose K/V are in this dtype may write them into
+    # ``kv_pool`` at ``batch.out_cache_loc`` itself (fused with rotary) and call ``attend`` with
+    # ``k = v = None`` instead of ``forward``.
+    caller_stores_kv: Optional[torch.dtype] = None
 
     def __init__(self, kv_pool: KVPool) -> None:
         self.kv_pool = kv_pool

@@ -49,6 +49,7 @@ class CpuBackend(AttentionBackend):
         # tokens, on the AMX Xeon: 13.55 s against 14.05 s end to end).
         amx = kv_pool.dtype == torch.bfloat16 and int(torch.ops.radixserve_cpu.attention_bf16_mode(-1)) == AMX_BF16
         self.dense_causal_min_rows = 0 if amx else DENSE_MIN_ROWS
+        self.caller_stores_kv = kv_pool.dtype  # attend reads K/V from the pool only
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         seq_lens = np.asarray(batch.seq_lens_cpu, dtype=np.int64)

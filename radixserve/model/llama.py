@@ -45,7 +45,16 @@ class Attention(nn.Module):
         self.rotary = rotary
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = self.qkv_proj(x)
+        if qkv.dtype == backend.caller_stores_kv and self.rotary.fused:
+            # one native pass: rotary on q (into a contiguous q) and k, K/V into the pool slots
+            pool, lid = backend.kv_pool, self.layer_id
+            q = self.rotary.rope_store_kv(qkv, batch.positions, pool.k_buffer[lid], pool.v_buffer[lid],
+                                          batch.out_cache_loc, qkv.new_empty(qkv.shape[0], self.num_heads,
+                                                                             self.head_dim))
+            out = backend.attend(q, None, None, lid, self.scaling, batch)
+            return self.tp.all_reduce(self.o_proj(out.view(-1, self.q_size)))
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
