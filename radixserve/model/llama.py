@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixserve.attention.base import AttentionBackend, ForwardBatch
+from radixserve.model import layer_loop
 from radixserve.model.fused_ops import TorchOps
 from radixserve.model.layers import GatedMLP, RMSNorm, RotaryEmbedding, rope_parameters
 from radixserve.model.tp_layers import VocabParallelEmbedding
@@ -124,10 +125,13 @@ class LlamaForCausalLM(nn.Module):
         """Run every layer over the batch (writing its KV); the final-normed hidden states of
         ``rows`` only ``[len(rows), hidden_size]`` (what the LM head and embeddings read)."""
         x, residual = self.embed_tokens(batch.input_ids), None
-        # .forward on the containers: nn.Module.__call__'s hook checks cost about a microsecond a
-        # call (the linear layers keep __call__: calibration hooks them)
-        for layer in self.layers:
-            x, residual = layer.forward(x, residual, batch, backend)
+        if layer_loop.usable(self, backend, x.dtype):  # the same ops without the module tree's overhead
+            x, residual = layer_loop.run_layers(self, x, batch, backend)
+        else:
+            # .forward on the containers: nn.Module.__call__'s hook checks cost about a microsecond a
+            # call (the linear layers keep __call__: calibration hooks them)
+            for layer in self.layers:
+                x, residual = layer.forward(x, residual, batch, backend)
         if residual is None:
             return self.norm(x.index_select(0, rows))
         x, _ = self.norm.add_forward(x.index_select(0, rows), residual.index_select(0, rows))
