@@ -1,5 +1,5 @@
 """The native CPU kernels (``kernels/cpu/*.cpp``: paged attention, fused norm/rotary/SiLU ops,
-the int8 decode linear),
+the int8 decode linear, greedy sampling's row argmax),
 compiled on first use into one library, ``torch.ops.radixserve_cpu``.
 
 ``load()`` builds the C++ sources with the system compiler (``$CXX``, else ``c++``) against the
@@ -27,7 +27,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
-SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp", "int8_linear.cpp"))
+SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp", "int8_linear.cpp",
+                                                            "argmax.cpp"))
 HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h", "acts_i16.h", "attn_softmax.h", "attn_bf16.h"))
 _lock = threading.Lock()
 _state: dict[str, object] = {}
