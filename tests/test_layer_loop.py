@@ -14,7 +14,10 @@ pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: 
 
 SHARED = list(range(300, 348))  # a 48-token prefix shared by two requests (the plan's shared-prefix task)
 REAL_USABLE, REAL_RUN = layer_loop.usable, layer_loop.run_layers
-PROMPTS = [SHARED + [5, 6, 7], SHARED + [9, 10], list(range(1000, 1003)), list(range(2000, 2090))]
+# the last prompt makes a prefill step with a causal block for flash attention (>= 512 query rows
+# per KV head over an fp32 pool): step_attention's general path
+PROMPTS = [SHARED + [5, 6, 7], SHARED + [9, 10], list(range(1000, 1003)), list(range(2000, 2090)),
+           list(range(3000, 3300))]
 
 
 def _run(tiny_dir: str, dtype: str, mode: str, monkeypatch) -> tuple[list, int]:

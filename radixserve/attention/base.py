@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -90,6 +90,13 @@ class AttentionBackend(ABC):
                 batch: ForwardBatch) -> torch.Tensor:
         self.store_kv(layer_id, batch, k, v)
         return self.attend(q, k, v, layer_id, scaling, batch)
+
+    def step_attention(self, batch: ForwardBatch, num_heads: int) -> Callable[[torch.Tensor, int, float], torch.Tensor]:
+        """For a caller that writes K/V itself (``caller_stores_kv``): ``fn(q, layer_id, scaling)``,
+        this step's ``attend`` for every layer, with per-step work done once.  ``q`` must be
+        contiguous ``[num_tokens, num_heads, head_dim]`` in the pool's dtype.  The tensor ``fn``
+        returns may be reused by its next call: consume it before the next layer's."""
+        return lambda q, layer_id, scaling: self.attend(q, None, None, layer_id, scaling, batch)
 
     def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)

@@ -9,6 +9,10 @@ The modules are read on every call (about a microsecond per layer), so layers re
 loading (quantization, packing, tests) are always the ones that run; the linear layers keep
 ``nn.Module.__call__``, so forward hooks on them (calibration) still fire.
 
+Per layer that is seven calls: two fused norms, ``rope_store_kv`` (rotary on q and k, K/V into
+the pool), the backend's per-step attention (``AttentionBackend.step_attention``: the plan and
+an output buffer bound once per step), and the four linear layers with ``silu_mul``.
+
 It applies when ``usable`` says so: one rank (no all-reduce), the native CPU ops
 (``NativeCpuOps``, with the fused ``rope_store_kv``), and an attention backend that takes K/V
 written by the caller in the activations' dtype (``AttentionBackend.caller_stores_kv``).
@@ -36,7 +40,7 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
     ops = torch.ops.radixserve_cpu
     rms, add_rms = ops.rms_norm.default, ops.add_rms_norm.default
     rope_store, silu_mul = ops.rope_store_kv.default, ops.silu_mul.default
-    pool, attend = backend.kv_pool, backend.attend
+    pool = backend.kv_pool
     k_bufs, v_bufs = pool.k_buffer, pool.v_buffer
     positions, loc = batch.positions, batch.out_cache_loc
     rotary = model.rotary
@@ -44,6 +48,7 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
     tokens = x.shape[0]
     first = model.layers[0].self_attn
     q = x.new_empty(tokens, first.num_heads, first.head_dim)  # one rotated-q buffer for every layer
+    attend = backend.step_attention(batch, first.num_heads)
     residual = None
     for layer in model.layers:
         mods = layer._modules  # direct dict reads: Module.__getattr__ costs ~0.3 us a lookup
@@ -56,7 +61,7 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
             add_rms(x, residual, norm_in._parameters["weight"], norm_in.eps)
         lid = attn.layer_id
         rope_store(a_mods["qkv_proj"](x), positions, cos, sin, k_bufs[lid], v_bufs[lid], loc, q)
-        x = a_mods["o_proj"](attend(q, None, None, lid, attn.scaling, batch).view(tokens, attn.q_size))
+        x = a_mods["o_proj"](attend(q, lid, attn.scaling).view(tokens, attn.q_size))
         x = x.contiguous()
         add_rms(x, residual, norm_post._parameters["weight"], norm_post.eps)
         x = m_mods["down_proj"](silu_mul(m_mods["gate_up_proj"](x).contiguous())).contiguous()
