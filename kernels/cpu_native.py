@@ -1,5 +1,5 @@
 """The native CPU kernels (``kernels/cpu/*.cpp``: paged attention, fused norm/rotary/SiLU ops,
-the int8 decode linear, the blocked int4/int8 linear),
+the int8 decode linear, the blocked int4/int8 linear, greedy sampling's row argmax),
 compiled on first use into one library, ``torch.ops.radixserve_cpu``.
 
 ``load()`` builds the C++ sources with the system compiler (``$CXX``, else ``c++``) against the
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
 SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp", "int8_linear.cpp",
-                                                                    "blocked_linear.cpp"))
+                                                                    "blocked_linear.cpp", "argmax.cpp"))
 HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h", "acts_i16.h", "attn_softmax.h", "attn_bf16.h",
                                                                     "blocked_isa.h", "blocked_amx.h"))
 _lock = threading.Lock()

@@ -80,6 +80,18 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return out;
 }
 
+// One head of rotate-half rotary: dst = (x1 cos - x2 sin, x2 cos + x1 sin) for src = (x1, x2),
+// rounded to T; dst may be src (in place).  rope_ and rope_store_kv share it, so both round alike.
+template <typename T>
+inline void rotate_half(const T* src, T* dst, const float* c, const float* s, int64_t half) {
+#pragma omp simd
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = to_f(src[i]), x2 = to_f(src[i + half]);
+    from_f(dst + i, x1 * c[i] - x2 * s[i]);
+    from_f(dst + i + half, x2 * c[i + half] + x1 * s[i + half]);
+  }
+}
+
 // In place, rotate-half: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, for q [T, H, D] and
 // k [T, Hkv, D] (rows may be strided views of the fused qkv output); cos/sin fp32 [P, D].
 template <typename T>
@@ -95,15 +107,7 @@ void rope_impl(at::Tensor& q, at::Tensor& k, const at::Tensor& positions, const 
       const float* s = sp + pos[t] * D;
       for (at::Tensor* x : {&q, &k}) {
         T* base = ptr<T>(*x) + t * x->stride(0);
-        for (int64_t h = 0; h < x->size(1); ++h) {
-          T* v = base + h * x->stride(1);
-#pragma omp simd
-          for (int64_t i = 0; i < half; ++i) {
-            const float x1 = to_f(v[i]), x2 = to_f(v[i + half]);
-            from_f(v + i, x1 * c[i] - x2 * s[i]);
-            from_f(v + i + half, x2 * c[i + half] + x1 * s[i + half]);
-          }
-        }
+        for (int64_t h = 0; h < x->size(1); ++h) rotate_half(base + h * x->stride(1), base + h * x->stride(1), c, s, half);
       }
     }
   });
@@ -119,6 +123,62 @@ void rope_(at::Tensor q, at::Tensor k, const at::Tensor& positions, const at::Te
   if (q.scalar_type() == at::kFloat) return rope_impl<float>(q, k, positions, cos, sin);
   TORCH_CHECK(q.scalar_type() == at::kBFloat16, "rope_: float32 or bfloat16");
   rope_impl<uint16_t>(q, k, positions, cos, sin);
+}
+
+// The attention prologue of a step in one pass: for qkv [T, (H + 2 Hkv) D] (= [q | k | v] per
+// token, last dim contiguous), q_out[t] = rope(q), k_buf[loc[t]] = rope(k), v_buf[loc[t]] = v,
+// with the same rounding as rope_ in place followed by index_copy_ into the pool.
+template <typename T>
+void rope_store_kv_impl(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& cos,
+                        const at::Tensor& sin, at::Tensor& k_buf, at::Tensor& v_buf, const at::Tensor& loc,
+                        at::Tensor& q_out) {
+  const int64_t tokens = qkv.size(0), H = q_out.size(1), D = q_out.size(2), half = D / 2;
+  const int64_t hkv = k_buf.size(1), row_stride = qkv.stride(0), slot = k_buf.stride(0);
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  const int64_t* lp = loc.data_ptr<int64_t>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  const T* in = ptr<T>(qkv);
+  T* qo = ptr<T>(q_out);
+  T* kb = ptr<T>(k_buf);
+  T* vb = ptr<T>(v_buf);
+  at::parallel_for(0, tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* c = cp + pos[t] * D;
+      const float* s = sp + pos[t] * D;
+      const T* row = in + t * row_stride;
+      for (int64_t h = 0; h < H; ++h) rotate_half(row + h * D, qo + (t * H + h) * D, c, s, half);
+      for (int64_t h = 0; h < hkv; ++h) rotate_half(row + (H + h) * D, kb + lp[t] * slot + h * D, c, s, half);
+      std::memcpy(vb + lp[t] * slot, row + (H + hkv) * D, sizeof(T) * hkv * D);
+    }
+  });
+}
+
+void rope_store_kv(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
+                   at::Tensor k_buf, at::Tensor v_buf, const at::Tensor& loc, at::Tensor q_out) {
+  TORCH_CHECK(q_out.dim() == 3 && q_out.is_contiguous() && k_buf.dim() == 3 && k_buf.is_contiguous() &&
+                  v_buf.is_contiguous() && v_buf.sizes() == k_buf.sizes() && k_buf.size(2) == q_out.size(2),
+              "rope_store_kv: contiguous q_out [T,H,D] and k_buf/v_buf [S,Hkv,D]");
+  const int64_t tokens = q_out.size(0), width = (q_out.size(1) + 2 * k_buf.size(1)) * q_out.size(2);
+  TORCH_CHECK(qkv.dim() == 2 && qkv.size(0) == tokens && qkv.size(1) == width && qkv.stride(1) == 1,
+              "rope_store_kv: qkv [T, (H + 2 Hkv) D] with a contiguous last dim");
+  TORCH_CHECK(qkv.scalar_type() == q_out.scalar_type() && qkv.scalar_type() == k_buf.scalar_type() &&
+                  qkv.scalar_type() == v_buf.scalar_type(),
+              "rope_store_kv: qkv, q_out and the pool in one dtype");
+  TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.is_contiguous() &&
+                  sin.is_contiguous() && cos.size(1) == q_out.size(2) && positions.scalar_type() == at::kLong &&
+                  loc.scalar_type() == at::kLong && positions.numel() == tokens && loc.numel() == tokens &&
+                  positions.is_contiguous() && loc.is_contiguous(),
+              "rope_store_kv: fp32 cos/sin tables [P, D], int64 positions and loc [T]");
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  const int64_t* lp = loc.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t) {  // checked up front: the parallel loop must not throw
+    TORCH_CHECK(lp[t] >= 0 && lp[t] < k_buf.size(0), "rope_store_kv: slot ", lp[t], " out of range");
+    TORCH_CHECK(pos[t] >= 0 && pos[t] < cos.size(0), "rope_store_kv: position ", pos[t], " out of range");
+  }
+  if (qkv.scalar_type() == at::kFloat) return rope_store_kv_impl<float>(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out);
+  TORCH_CHECK(qkv.scalar_type() == at::kBFloat16, "rope_store_kv: float32 or bfloat16");
+  rope_store_kv_impl<uint16_t>(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out);
 }
 
 // [T, 2I] (gate | up) -> [T, I]: round(silu(gate)) * up
@@ -163,5 +223,6 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
   m.def("add_rms_norm", &add_rms_norm);
   m.def("rms_norm", &rms_norm);
   m.def("rope_", &rope_);
+  m.def("rope_store_kv", &rope_store_kv);
   m.def("silu_mul", &silu_mul);
 }

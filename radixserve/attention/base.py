@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -74,6 +74,12 @@ class AttentionBackend(ABC):
     requests of the batch.  Backends are built by ``attention.registry.create_attention_backend``.
     """
 
+    # When set (to the pool's dtype), ``attend`` reads the new tokens' K/V from the pool only, never
+    # from its ``k``/``v`` arguments: a caller whose K/V are in this dtype may write them into
+    # ``kv_pool`` at ``batch.out_cache_loc`` itself (fused with rotary) and call ``attend`` with
+    # ``k = v = None`` instead of ``forward``.
+    caller_stores_kv: Optional[torch.dtype] = None
+
     def __init__(self, kv_pool: KVPool) -> None:
         self.kv_pool = kv_pool
 
@@ -84,6 +90,13 @@ class AttentionBackend(ABC):
                 batch: ForwardBatch) -> torch.Tensor:
         self.store_kv(layer_id, batch, k, v)
         return self.attend(q, k, v, layer_id, scaling, batch)
+
+    def step_attention(self, batch: ForwardBatch, num_heads: int) -> Callable[[torch.Tensor, int, float], torch.Tensor]:
+        """For a caller that writes K/V itself (``caller_stores_kv``): ``fn(q, layer_id, scaling)``,
+        this step's ``attend`` for every layer, with per-step work done once.  ``q`` must be
+        contiguous ``[num_tokens, num_heads, head_dim]`` in the pool's dtype.  The tensor ``fn``
+        returns may be reused by its next call: consume it before the next layer's."""
+        return lambda q, layer_id, scaling: self.attend(q, None, None, layer_id, scaling, batch)
 
     def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)

@@ -19,6 +19,8 @@ are faster than flash attention for such blocks.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -49,6 +51,7 @@ class CpuBackend(AttentionBackend):
         # tokens, on the AMX Xeon: 13.55 s against 14.05 s end to end).
         amx = kv_pool.dtype == torch.bfloat16 and int(torch.ops.radixserve_cpu.attention_bf16_mode(-1)) == AMX_BF16
         self.dense_causal_min_rows = 0 if amx else DENSE_MIN_ROWS
+        self.caller_stores_kv = kv_pool.dtype  # attend reads K/V from the pool only
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         seq_lens = np.asarray(batch.seq_lens_cpu, dtype=np.int64)
@@ -83,6 +86,25 @@ class CpuBackend(AttentionBackend):
         cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,
                                    plan, batch.positions, scaling, out, parts)
         return out if out.dtype == q.dtype else out.to(q.dtype)
+
+    def step_attention(self, batch: ForwardBatch, num_heads: int) -> Callable[[torch.Tensor, int, float], torch.Tensor]:
+        """``attend`` with the plan's tensors, the pool's layers and one output buffer bound once
+        per step: a single call into the kernel per layer (see the base class for the contract)."""
+        pool = self.kv_pool
+        plan = self._plan(batch, num_heads // pool.num_kv_heads)
+        if plan.dense:  # flash-attention blocks of an extend step: the general path
+            return super().step_attention(batch, num_heads)
+        kernel = torch.ops.radixserve_cpu.paged_attention.default
+        k_bufs, v_bufs, r2t, positions = pool.k_buffer, pool.v_buffer, batch.req_to_token, batch.positions
+        tasks, entry_tok, tok_ptr, tok_entries = plan.tasks, plan.entry_tok, plan.tok_ptr, plan.tok_entries
+        out = torch.empty(batch.num_tokens, num_heads, pool.head_dim, dtype=pool.dtype)
+
+        def attend(q: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
+            kernel(q, k_bufs[layer_id], v_bufs[layer_id], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries,
+                   scaling, out, None, None)
+            return out
+
+        return attend
 
     def _dense_parts(self, q: torch.Tensor, layer_id: int, scaling: float, batch: ForwardBatch,
                      plan) -> tuple[torch.Tensor, torch.Tensor]:

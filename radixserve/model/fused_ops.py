@@ -9,7 +9,13 @@ Contracts: ``add_rms_norm(x, residual, w, eps)`` returns ``(normed, residual + x
 x's dtype and the sum in the residual's (fp32 under a bf16 x: a bf16 model keeps its residual
 stream in fp32), and may overwrite both inputs (callers never reuse them); ``rope_(q, k, positions, cos, sin)``
 rotates q and k in place (they may be strided views of the fused qkv output);
-``silu_mul(gate_up)`` returns ``silu(gate) * up`` for ``gate_up = [gate | up]``.
+``silu_mul(gate_up)`` returns ``silu(gate) * up`` for ``gate_up = [gate | up]``;
+``rope_store_kv(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out)`` takes the fused projection
+``qkv [T, (H + 2 Hkv) D]`` and writes ``q_out [T, H, D] = rope(q)``, ``k_buf[loc] = rope(k)`` and
+``v_buf[loc] = v`` (``k_buf``/``v_buf``: one layer of the KV pool, in qkv's dtype), returning
+``q_out``; it equals ``rope_`` followed by ``index_copy_`` into the pool, bit for bit.
+``fused_rope_store`` says whether the class has a one-pass ``rope_store_kv`` worth using in place
+of the separate ops (TorchOps' is the reference composition).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from radixserve.kernels import cpu_native
 
 class TorchOps:
     name = "torch"
+    fused_rope_store = False
 
     @staticmethod
     def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -48,9 +55,23 @@ class TorchOps:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    @classmethod
+    def rope_store_kv(cls, qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      k_buf: torch.Tensor, v_buf: torch.Tensor, loc: torch.Tensor,
+                      q_out: torch.Tensor) -> torch.Tensor:
+        heads, dim = q_out.shape[1:]
+        hkv = k_buf.shape[1]
+        q, k, v = qkv.split([heads * dim, hkv * dim, hkv * dim], dim=-1)
+        q, k = q.reshape(-1, heads, dim).clone(), k.reshape(-1, hkv, dim).clone()
+        cls.rope_(q, k, positions, cos, sin)
+        k_buf.index_copy_(0, loc, k)
+        v_buf.index_copy_(0, loc, v.reshape(-1, hkv, dim))
+        return q_out.copy_(q)
+
 
 class NativeCpuOps(TorchOps):
     name = "native-cpu"
+    fused_rope_store = True
 
     @staticmethod
     def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -69,6 +90,13 @@ class NativeCpuOps(TorchOps):
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return torch.ops.radixserve_cpu.silu_mul(gate_up.contiguous())
+
+    @staticmethod
+    def rope_store_kv(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      k_buf: torch.Tensor, v_buf: torch.Tensor, loc: torch.Tensor,
+                      q_out: torch.Tensor) -> torch.Tensor:
+        torch.ops.radixserve_cpu.rope_store_kv(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out)
+        return q_out
 
 
 def select_ops(device: torch.device, dtype: torch.dtype) -> type[TorchOps]:

@@ -80,6 +80,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, max_positions: int, params: dict[str, Any], ops: type[TorchOps] = TorchOps) -> None:
         super().__init__()
         self.ops = ops
+        self.fused = ops.fused_rope_store  # rope_store_kv is one native pass
         inv = _inv_freq(head_dim, params)
         t = torch.arange(max_positions, dtype=torch.float32)
         freqs = torch.outer(t, inv)
@@ -90,6 +91,12 @@ class RotaryEmbedding(nn.Module):
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
         """Rotate q ``[T, H, D]`` and k ``[T, Hkv, D]`` in place (fp32 math, input dtype)."""
         self.ops.rope_(q, k, positions, self.cos, self.sin)
+
+    def rope_store_kv(self, qkv: torch.Tensor, positions: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+                      loc: torch.Tensor, q_out: torch.Tensor) -> torch.Tensor:
+        """Rotate the fused projection's q into ``q_out`` and its k into ``k_buf[loc]``; copy its v
+        into ``v_buf[loc]`` (``fused_ops`` ``rope_store_kv``); returns ``q_out``."""
+        return self.ops.rope_store_kv(qkv, positions, self.cos, self.sin, k_buf, v_buf, loc, q_out)
 
 
 class GatedMLP(nn.Module):

@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from radixserve.kernels import cpu_native
 from radixserve.sampling_params import SamplingParams
 
 
@@ -54,6 +55,16 @@ class Sampler:
         self.device = device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
+        # the native row argmax (kernels/cpu/argmax.cpp): the same indices; in a batch-64 decode step
+        # of SmolLM2 here 0.7 against 2.2 ms for max(dim=-1) (0.64 against 0.80 ms on hot logits)
+        self.native_argmax = torch.device(device).type == "cpu" and cpu_native.load()
+
+    def argmax(self, x: torch.Tensor) -> torch.Tensor:
+        """int64 ``[B]``: the first maximal index of each row of ``x [B, V]`` (a NaN counts as
+        the maximum), i.e. ``x.max(dim=-1).indices``."""
+        if self.native_argmax and x.dtype == torch.float32 and x.dim() == 2 and x.stride(-1) == 1 and x.shape[1]:
+            return torch.ops.radixserve_cpu.argmax_rows(x)
+        return x.max(dim=-1).indices
 
     @staticmethod
     def changes_logits(states: list[ReqSamplingState], num_outputs: list[int],
@@ -92,7 +103,7 @@ class Sampler:
         """Return int64 ``[B]`` next tokens from processed logits."""
         # max(dim).indices is argmax (the first maximal index, NaN propagating) at 2.5x the speed
         # of torch.argmax on the CPU: 1.6 against 4.0 ms for [128, 49152] fp32 logits, 2 threads
-        out = logits.max(dim=-1).indices
+        out = self.argmax(logits)
         sampled = [i for i, st in enumerate(states) if not st.params.greedy]
         if not sampled:
             return out
@@ -109,7 +120,7 @@ class Sampler:
             u = torch.tensor(unseeded, device=logits.device)
             noise.index_copy_(0, u, torch.empty(len(unseeded), probs.shape[1], device=logits.device)
                               .exponential_(generator=self.generator))
-        out.index_copy_(0, idx, (probs / noise).max(dim=-1).indices)
+        out.index_copy_(0, idx, self.argmax(probs / noise))
         return out
 
     def probs(self, logits: torch.Tensor, states: list[ReqSamplingState]) -> torch.Tensor:
