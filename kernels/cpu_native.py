@@ -71,6 +71,7 @@ def _build() -> str:
     flags = " ".join(_compile_command(cxx, ("SRC",), "OUT"))
     key = hashlib.sha1(b"\0".join([source, torch.__version__.encode(), version.encode(), flags.encode(),
                                    _cpu_model().encode()])).hexdigest()[:16]
+    _state["key"] = key
     out_dir = os.path.join(_cache_dir(), key)
     lib = os.path.join(out_dir, "radixserve_cpu.so")
     if os.path.exists(lib):
@@ -105,6 +106,12 @@ def load() -> bool:
             _state["ok"] = False
             _state["error"] = str(e)
         return bool(_state["ok"])
+
+
+def build_key() -> str:
+    """The hash naming the loaded library's build (sources, flags, compiler, CPU, torch), or ""
+    when none loaded: caches of measured kernel speed are keyed on it."""
+    return str(_state.get("key", "")) if load() else ""
 
 
 def reset_for_tests() -> None:

@@ -50,8 +50,8 @@ from radixserve.model import blocked
 logger = logging.getLogger(__name__)
 
 METHODS = ("int8", "w8a8", "int4")
-FORMAT_VERSION = 11  # bump when a kernel's numerics change: cached accuracy checks depend on it (7: bf16 attention on
-# AMX; 8: the native int8 kernel applies input scales in fp32; 11: int4 and the int8 head on the blocked kernel,
+FORMAT_VERSION = 12  # bump when a kernel's numerics change: cached accuracy checks depend on it (7: bf16 attention on
+# AMX; 8: the native int8 kernel applies input scales in fp32; 12: int4 and the int8 head on the blocked kernel,
 # the residual stream in fp32)
 INT4_GROUP = 32
 ALPHAS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75)  # exponents tried by search_in_scale

@@ -74,7 +74,7 @@ def cpu_signature() -> str:
 
 
 def cache_key(shapes: Shapes, ms: tuple[int, ...] = PROBE_M, copies: Optional[int] = None) -> str:
-    kernels = f"native kernels v{FORMAT_VERSION}" if cpu_native.load() else "torch kernels"
+    kernels = f"native kernels v{FORMAT_VERSION} build {cpu_native.build_key()}" if cpu_native.load() else "torch kernels"
     return (f"{cpu_signature()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
             f"{list(shapes)} | M {list(ms)} | cold to M {COLD_MAX_M} over {copies or cold_copies(shapes)} copies | "
             f"{kernels} | dense plain and packed, hot best of {HOT_REPS}")
