@@ -229,7 +229,8 @@ def test_native_int8_linear_applies_the_input_scale_in_fp32(dtype, k):
 
 def test_int8_without_the_native_library_uses_torchs_kernel(monkeypatch):
     x = torch.randn(3, 64).bfloat16()
-    monkeypatch.setattr(cpu_native, "load", lambda: False)
+    # the module quant.py holds: tests/test_kernels.py re-imports radixserve.kernels
+    monkeypatch.setattr(quant.cpu_native, "load", lambda: False)
     layer = QuantLinear(W, B, "int8", torch.bfloat16)
     assert not layer.native
     ref = F.linear(x.float(), fake_quantize("int8", W), B)
