@@ -344,11 +344,7 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
       for (int j = 0; j < 16; ++j) {
         const int64_t key = kb + 16 * half + j;
         kp[j] = key < kb + n ? kbuf + (int64_t(slots[key]) * a.Hkv + h) * DC : kZeroRow;
-        if (key + KB < kend) {  // the next tile's rows
-          const int64_t ahead = (int64_t(slots[key + KB]) * a.Hkv + h) * DC;
-          __builtin_prefetch(kbuf + ahead);  // the first line: the spatial prefetcher brings its pair
-          __builtin_prefetch(vbuf + ahead);
-        }
+        if (key + KB < kend) prefetch_rows(a, 2, slots[key + KB], h);  // the next tile's rows, every line
       }
       if (16 * half >= n) {
         for (int p = 0; p < NP; ++p) kt[2 * p + half] = _mm512_setzero_si512();

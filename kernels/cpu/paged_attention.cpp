@@ -98,6 +98,7 @@ int64_t load_queries(const Args& a, int64_t es, int64_t ee, int64_t h, int64_t D
 }
 
 #include "attn_softmax.h"
+#include "attn_prefetch.h"
 
 constexpr int64_t DIRECT_ROWS = 4;
 constexpr int64_t PREFETCH_KEYS = 16;  // keys ahead whose K/V rows are prefetched (slots are scattered)
@@ -337,7 +338,10 @@ void run_all(const Args& a, int64_t num_tasks) {
   const int64_t n = num_tasks * a.Hkv;
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(n, 1));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
-    std::vector<float> buf(ws_size + 16);
+    // The thread's scratch persists across calls (OpenMP's threads do): a fresh zero-filled
+    // vector here (120 KB for D = 64) was a malloc and a memset per worker and layer.
+    thread_local std::vector<float> buf;
+    if (buf.size() < size_t(ws_size + 16)) buf.resize(ws_size + 16);
     float* ws = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;  // 64-byte aligned
     bool amx = false;
 #ifdef RADIXSERVE_ATTN_AMX
@@ -346,7 +350,9 @@ void run_all(const Args& a, int64_t num_tasks) {
       if (amx) amx_configure();
     }
 #endif
-    for (int64_t i = next++; i < n; i = next++) {
+    for (int64_t i = next++, j = 0; i < n; i = j) {
+      j = next++;  // claimed now: its first keys load while item i runs
+      if (j < n) prefetch_item(a, sizeof(T), j);
 #ifdef RADIXSERVE_ATTN_BF16
       if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
         if (a.bf16_mode >= 1) {
