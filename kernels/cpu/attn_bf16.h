@@ -194,28 +194,11 @@ inline void row_block_avx(const float* qf, float* o, float* m, float* l, const i
 // (relative 2^-9 per weight; Q and K stay exact).  Linux gives a process the tile state only
 // after arch_prctl(ARCH_REQ_XCOMP_PERM); without it the AVX-512 blocks run instead.
 #define RADIXSERVE_ATTN_AMX 1
-#include <sys/syscall.h>
-#include <unistd.h>
+using radixserve_cpu::amx_permitted;  // amx_tiles.h
 
-inline bool amx_permitted() {
-  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
-  return ok;
-}
-struct alignas(64) TileConfig {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-inline void amx_configure() {  // per thread: tiles 0..7 all 16 rows x 64 bytes
-  TileConfig c;
-  std::memset(&c, 0, sizeof(c));
-  c.palette = 1;
-  for (int i = 0; i < 8; ++i) {
-    c.colsb[i] = 64;
-    c.rows[i] = 16;
-  }
-  _tile_loadconfig(&c);
-}
+inline constexpr radixserve_cpu::TileConfig ATTN_TILES = {  // tiles 0..7 all 16 rows x 64 bytes
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+inline void amx_configure() { _tile_loadconfig(&ATTN_TILES); }  // per thread
 
 // nr <= 16 query rows (qb: bf16 rows of DC, readable for 16 rows) against one tile of n keys
 // from key position kb; sb: scratch of 16 x (DC + KB) floats + 16 x KB bf16.

@@ -3,8 +3,7 @@
 // channels x 32 inputs per TDPBSUD (signed activations, unsigned codes), then the same fp32
 // epilogue per group.  The records' 64-byte runs are the B tile's rows as the instruction
 // wants them (16 channels x 4 inputs); 4-bit codes are first split into a 512-byte 8-bit copy.
-// Linux grants the tile state only after arch_prctl(ARCH_REQ_XCOMP_PERM); without it, or on
-// a CPU without AMX, the VNNI path runs.
+// Without the tile permission (amx_tiles.h), or on a CPU without AMX, the VNNI path runs.
 #pragma once
 
 #include <cstdint>
@@ -13,26 +12,14 @@
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512BW__) && defined(__linux__)
 #define RADIXSERVE_BLOCKED_AMX 1
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+
+#include "amx_tiles.h"
 
 namespace radixserve_cpu {
 
-inline bool blocked_amx_permitted() {
-  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
-  return ok;
-}
-
 // Per thread (other kernels configure the tiles their own way): C tiles 0, 1 (16 x 16 int32),
-// A tiles 2, 3 (16 rows x 32 int8), B tile 4 (8 rows of 16 channels x 4 codes).  A constant
-// in memory: GCC 12 drops stores into a local config, whose only reader is LDTILECFG.
-struct alignas(64) BlockedTileConfig {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-inline constexpr BlockedTileConfig BLOCKED_TILES = {1, 0, {}, {64, 64, 32, 32, 64}, {16, 16, 16, 16, 8}};
-
+// A tiles 2, 3 (16 rows x 32 int8), B tile 4 (8 rows of 16 channels x 4 codes).
+inline constexpr TileConfig BLOCKED_TILES = {1, 0, {}, {64, 64, 32, 32, 64}, {16, 16, 16, 16, 8}};
 inline void blocked_amx_configure() { _tile_loadconfig(&BLOCKED_TILES); }
 
 // out[i * 16 + j] (fp32) = y[r0 + i, 16 b + j] for the 16 rows from r0 (xh, xl: int8 [rows, K],

@@ -248,7 +248,7 @@ inline void rows_pass(const uint8_t* rec, int64_t G, const QActs& a, int64_t m0,
 
 bool use_amx(int64_t M) {
 #if RADIXSERVE_BLOCKED_AMX
-  return M >= AMX_MIN_ROWS && amx_mode.load() == 1 && radixserve_cpu::blocked_amx_permitted();
+  return M >= AMX_MIN_ROWS && amx_mode.load() == 1 && radixserve_cpu::amx_permitted();
 #else
   return false;
 #endif
@@ -348,7 +348,7 @@ at::Tensor blocked_linear(const at::Tensor& x, const at::Tensor& w, int64_t bits
 int64_t blocked_amx_mode(int64_t n) {
   if (n >= 0) amx_mode.store(n > 0 ? 1 : 0);
 #if RADIXSERVE_BLOCKED_AMX
-  return amx_mode.load() == 1 && radixserve_cpu::blocked_amx_permitted() ? 1 : 0;
+  return amx_mode.load() == 1 && radixserve_cpu::amx_permitted() ? 1 : 0;
 #else
   return 0;
 #endif

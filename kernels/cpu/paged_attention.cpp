@@ -17,6 +17,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "amx_tiles.h"
 #include "common.h"
 #include "vec.h"
 
