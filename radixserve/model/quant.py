@@ -15,12 +15,13 @@ Formats (``N`` outputs, ``K`` inputs, weight ``W [N, K]``):
           ``onednn.qlinear_pointwise`` (the x86 int8 path of inductor) where oneDNN is built in,
           else ``aten._int_mm``.
 ``int4``  asymmetric in groups of 32 inputs: ``W ~ (q - 8) * scale[n, g] + zero[n, g]``, ``q`` in
-          [0, 15].  Kernel: the native ``blocked_linear`` (``model/blocked.py``: activations
-          rounded to int8 per group of 32 inputs, as llama.cpp's, and VNNI integer dot products)
-          where the library builds and N % 16 == 0, else ``aten._weight_int4pack_mm_for_cpu``
-          (K % 32 == 0 and N % 16 == 0).  Measured on the development machine (AMX Xeon, 2
-          threads, SmolLM2's 4 shapes x 30 layers, bf16 activations): 1.84 ms a decode step at
-          M = 1 against 3.70 for torch's kernel, 2.50 against 6.34 at M = 4.
+          [0, 15].  Kernel: the native ``blocked_linear`` (``model/blocked.py``: activations split
+          per group of 32 inputs into two int8 parts, ~15 bits; VNNI integer dot products, AMX
+          tiles from 16 rows) where the library builds and N % 16 == 0, else
+          ``aten._weight_int4pack_mm_for_cpu`` (K % 32 == 0 and N % 16 == 0).  Measured on the
+          development machine (AMX Xeon, 2 threads, SmolLM2's 4 shapes x 30 layers, bf16
+          activations): 1.80 ms a decode step at M = 1 against 3.29 for torch's kernel, 2.69
+          against 5.55 at M = 4, 7.99 against 19.76 at M = 16.
           This is GGUF Q4_1's grid (``w = d * q + m`` in blocks of 32: scale = d, zero = m + 8d):
           min/max quantization of Q4_1-dequantized weights gets ``q``, ``d`` and ``m`` back exactly
           (measured: zero error on SmolLM2's weights), so a GGUF needs no special repacking.

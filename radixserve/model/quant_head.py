@@ -10,7 +10,7 @@ codes ``q + 128``, activations rounded to int8 per group of 32, VNNI dot product
 takes the shape, else the native ``int8_linear`` (int16 activations); torch has no grouped
 int8 kernel, and without the native library the head stays dense.  Measured on the
 development machine (AMX Xeon, 2 threads, SmolLM2's head): 0.57 ms a call at M = 1 and 4,
-against 0.68 and 1.56 ms for ``int8_linear``.
+against 0.61 and 1.56 ms for ``int8_linear``.
 
 Contract: ``Int8HeadLinear(weight)(x)`` takes ``x [M, K]`` (fp32 or bf16) and returns the
 logits ``[M, N]`` in ``x``'s dtype, equal to ``F.linear(x, dequantized weight)`` up to the
