@@ -5,6 +5,7 @@ included), mixed new lengths (1 included), shared and unshared prefixes, GQA 1/3
 and the fallback when the kernel cannot be built."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -83,8 +84,11 @@ def reference(q, pool, rows, prefix_lens, ext_lens, scaling):
     return attention_reference(q, pool, rows, prefix_lens, ext_lens, scaling, torch.float64)
 
 
+DOT = {"on": False}  # run_cpu's backends: AVX512-BF16 dot products for bf16 blocks not on AMX
+
+
 def run_cpu(pool, batch, q):
-    be = CpuBackend(pool)
+    be = CpuBackend(pool, dataclasses.replace(CpuBackend.default_rule(pool), bf16_dot=DOT["on"]))
     be.init_forward_metadata(batch)
     return be.attend(q, None, None, 0, q.shape[-1] ** -0.5, batch), batch.attn_metadata
 
@@ -278,11 +282,17 @@ def _bf16_mode(mode: int) -> int:
 def bf16_mode():
     best = _bf16_mode(2)
 
-    def use(mode: int) -> None:
+    def use(path) -> None:
+        mode, dot = path if isinstance(path, tuple) else (path, False)
         if _bf16_mode(mode) != mode:
             pytest.skip(f"bf16 path {mode} is not available here (best: {best})")
+        if dot and int(torch.ops.radixserve_cpu.attention_bf16_dot(1)) != 1:
+            pytest.skip("this build has no AVX512-BF16 dot products")
+        DOT["on"] = dot
 
     yield use
+    DOT["on"] = False
+    torch.ops.radixserve_cpu.attention_bf16_dot(0)
     _bf16_mode(best)
 
 
@@ -326,7 +336,11 @@ EDGE_PREFIX = [0, 0, 14, 15, 16, 31, 32, 33, 47, 64, 95, 130]
 EDGE_NEW = [1, 5, 1, 2, 1, 6, 1, 17, 1, 43, 3, 1]
 
 
-@pytest.mark.parametrize("path", [0, 1, 2], ids=["fp32tiles", "avx512", "amx"])
+BF16_PATHS = [0, 1, (1, True), 2, (2, True)]
+BF16_IDS = ["fp32tiles", "avx512", "avx512dot", "amx", "amxdot"]
+
+
+@pytest.mark.parametrize("path", BF16_PATHS, ids=BF16_IDS)
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("heads,kv_heads", [(9, 3), (8, 1)], ids=["gqa3", "gqa8"])
 @pytest.mark.parametrize("shared", [False, True], ids=["unshared", "shared"])
@@ -350,15 +364,17 @@ def test_bf16_paths_on_tile_edges(bf16_mode, path, d, heads, kv_heads, shared):
           torch.bfloat16)
 
 
-@pytest.mark.parametrize("path", [0, 1, 2], ids=["fp32tiles", "avx512", "amx"])
+@pytest.mark.parametrize("path", BF16_PATHS, ids=BF16_IDS)
 def test_bf16_paths_agree_and_a_broken_mask_fails(bf16_mode, path):
     """The bf16 paths agree with one another to bf16 rounding, and the reference check catches
     an off-by-one causal mask on each of them."""
     pool, batch, q, rows = make_case(5, ForwardMode.EXTEND, 9, 3, 64, torch.bfloat16, True)
     ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+    bf16_mode(path)  # skips an unavailable path
     bf16_mode(0)
     base, plan = run_cpu(pool, batch, q)
     bf16_mode(path)
+    torch.ops.radixserve_cpu.attention_bf16_dot(int(DOT["on"]))  # the calls below use the kernel's setting
     out = cpu_native.paged_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token, plan,
                                      batch.positions, 0.125, torch.empty_like(q))
     check(out, ref, torch.bfloat16)

@@ -13,8 +13,10 @@
 //  * row_block_amx (AMX-BF16, >= AMX_MIN_ROWS rows, up to 16): kt and vt are already the
 //    pair-interleaved B operands of TDPBF16PS; A is the bf16 queries (exact) for Q.K, then the
 //    probabilities rounded to bf16 (relative 2^-9 per weight) for P.V; fp32 accumulation.
-// _mm512_dpbf16_ps (AVX512-BF16) was tried for both products and measured slower than the
-// widened FMAs on the development machine (one per 2 cycles against two FMAs per cycle).
+//  * row_block_dot (AVX512-BF16): the same blocks on _mm512_dpbf16_ps, no widening (Q.K exact,
+//    the probabilities rounded to bf16 pairs).  Slower than the widened FMAs on the AMX Xeon
+//    (one per 2 cycles against two FMAs per cycle), faster on AMD Zen 4: chosen by timing
+//    (worker/attention_timing.py, attention_bf16_dot).
 #pragma once
 
 #if defined(__AVX512F__)
@@ -186,6 +188,72 @@ inline void row_block_avx(const float* qf, float* o, float* m, float* l, const i
     for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
 }
 
+#ifdef __AVX512BF16__
+#define RADIXSERVE_ATTN_BF16_DOT 1
+// row_block_avx's contract on AVX512-BF16 dot products (VDPBF16PS): Q.K straight from the
+// bf16 query pairs q2 (exact products, fp32 sums) and P.V with the probabilities rounded to
+// bf16 pairs (relative 2^-9 per weight, as on AMX); no widening of kt / vt.  Faster than the
+// widened FMAs on AMD Zen 4 and slower on the AMX Xeon, so worker/attention_timing.py times
+// both and sets attention_bf16_dot.
+template <int DC, int NR>
+inline void row_block_dot(const uint32_t* q2, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
+                          int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
+  constexpr int NP = DC / 2, DV = DC / 16;
+  int64_t lim[NR];
+  bool any = false;
+  for (int rr = 0; rr < NR; ++rr) {
+    lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
+    any |= lim[rr] > 0;
+  }
+  if (!any) return;
+  __m512 s0[NR], s1[NR];
+  for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
+  for (int p = 0; p < NP; ++p) {
+    const __m512bh k0 = (__m512bh)kt[2 * p], k1 = (__m512bh)kt[2 * p + 1];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < NR; ++rr) {
+      const __m512bh qp = (__m512bh)_mm512_set1_epi32(int(q2[rr * NP + p]));
+      s0[rr] = _mm512_dpbf16_ps(s0[rr], k0, qp);
+      s1[rr] = _mm512_dpbf16_ps(s1[rr], k1, qp);
+    }
+  }
+  alignas(64) float pf[NR][KB];
+  alignas(64) uint32_t pp[NR][KB / 2];  // probabilities as bf16 pairs (keys 2i, 2i + 1)
+  float alpha[NR];
+  for (int rr = 0; rr < NR; ++rr) {
+    if (lim[rr] <= 0) {
+      _mm512_store_si512(pp[rr], _mm512_setzero_si512());
+      alpha[rr] = 1.0f;
+      continue;
+    }
+    alpha[rr] = softmax_step_512(_mm512_mul_ps(s0[rr], scale), _mm512_mul_ps(s1[rr], scale), lim[rr], m[rr], l[rr],
+                                 pf[rr]);
+    _mm512_store_si512(pp[rr], (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(pf[rr] + 16), _mm512_load_ps(pf[rr])));
+  }
+  __m512 acc[NR][DV];
+#pragma GCC unroll 4
+  for (int rr = 0; rr < NR; ++rr)
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_mul_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), _mm512_set1_ps(alpha[rr]));
+  const int64_t npairs = (n + 1) / 2;
+  for (int64_t i = 0; i < npairs; ++i) {
+    __m512bh pv[NR];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < NR; ++rr) pv[rr] = (__m512bh)_mm512_set1_epi32(int(pp[rr][i]));
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) {
+      const __m512bh vv = (__m512bh)vt[i * DV + x];
+#pragma GCC unroll 4
+      for (int rr = 0; rr < NR; ++rr) acc[rr][x] = _mm512_dpbf16_ps(acc[rr][x], vv, pv[rr]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int rr = 0; rr < NR; ++rr)
+#pragma GCC unroll 8
+    for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
+}
+#endif
+
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
 // AMX (Sapphire Rapids and later) for blocks of up to 16 query rows: Q.K and P.V as
 // TDPBF16PS tile products (bf16 inputs, fp32 accumulation).  kt rows (a dim pair, 16 keys)
@@ -287,10 +355,10 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
 
 // One (task, KV head) over a bf16 pool, head dim DC (64 or 128); same contract as run_task.
 // use_amx: the thread's tiles are configured (amx_configure); blocks of at least AMX_MIN_ROWS
-// query rows then go to row_block_amx.
+// query rows then go to row_block_amx.  use_dot: the other blocks run row_block_dot.
 constexpr int64_t AMX_MIN_ROWS = 4;
 template <int DC>
-void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_amx) {
+void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_amx, bool use_dot) {
   constexpr int NP = DC / 2;   // dim pairs (dwords) per row
   constexpr int DV = DC / 16;  // P.V accumulators per row
   constexpr int RB = DC == 128 ? 2 : 4;  // query rows per register block
@@ -359,6 +427,19 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
         row_block_amx<DC>(reinterpret_cast<const uint16_t*>(q2 + r0 * NP), int(std::min<int64_t>(16, rows - r0)),
                           o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale, sb);
       r0 = std::min(r0, rows);
+    }
+#endif
+#ifdef RADIXSERVE_ATTN_BF16_DOT
+    if (use_dot) {
+      for (; r0 + RB <= rows; r0 += RB)
+        row_block_dot<DC, RB>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
+      switch (rows - r0) {
+        case 1: row_block_dot<DC, 1>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+        case 2: row_block_dot<DC, 2>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+        case 3: row_block_dot<DC, 3>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+        default: break;
+      }
+      continue;
     }
 #endif
     for (; r0 + RB <= rows; r0 += RB)

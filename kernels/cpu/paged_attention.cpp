@@ -36,6 +36,7 @@ constexpr int KB = 32;        // keys per tile
 constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV head) per task
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 std::atomic<int64_t> g_bf16_mode{2};  // Args::bf16_mode, capped by what the build and the OS allow
+std::atomic<int64_t> g_bf16_dot{0};   // Args::bf16_dot (attention_bf16_dot)
 
 using radixserve_cpu::from_f;
 using radixserve_cpu::hsum;
@@ -61,6 +62,7 @@ struct Args {
   int64_t H, Hkv, D;
   float scale;
   int64_t bf16_mode;  // bf16 pool: 0 the generic fp32 tiles, 1 the AVX-512 bf16 tiles, 2 those with AMX blocks
+  int64_t bf16_dot;   // modes 1-2: blocks not on AMX use AVX512-BF16 dot products (row_block_dot)
 };
 
 // Calls fn(r, src, p) for every query row of entries [es, ee) and KV head h (row r = i * G + g
@@ -357,7 +359,7 @@ void run_all(const Args& a, int64_t num_tasks) {
 #ifdef RADIXSERVE_ATTN_BF16
       if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
         if (a.bf16_mode >= 1) {
-          run_task_bf16<DC>(a, i / a.Hkv, i % a.Hkv, ws, amx);
+          run_task_bf16<DC>(a, i / a.Hkv, i % a.Hkv, ws, amx, a.bf16_dot != 0);
           continue;
         }
       }
@@ -459,7 +461,8 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   Args a{q.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), req_to_token.data_ptr<int32_t>(),
          req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
-         static_cast<float>(scale), g_bf16_mode.load(std::memory_order_relaxed)};
+         static_cast<float>(scale), g_bf16_mode.load(std::memory_order_relaxed),
+         g_bf16_dot.load(std::memory_order_relaxed)};
   const int64_t num_tasks = tasks.size(0);
   if (q.scalar_type() == at::kFloat) {
     dispatch<float>(a, num_tasks);
@@ -494,9 +497,22 @@ int64_t attention_bf16_mode(int64_t mode) {
   return mode;
 }
 
+// Whether bf16 blocks that do not run on AMX use AVX512-BF16 dot products (1) or widened fp32
+// FMAs (0, the default), where this build has them; a negative value only asks.  Returns the
+// setting in effect.
+int64_t attention_bf16_dot(int64_t on) {
+#ifdef RADIXSERVE_ATTN_BF16_DOT
+  if (on >= 0) g_bf16_dot.store(on ? 1 : 0);
+#else
+  g_bf16_dot.store(0);
+#endif
+  return g_bf16_dot.load();
+}
+
 }  // namespace
 
 TORCH_LIBRARY(radixserve_cpu, m) {
   m.def("paged_attention", &paged_attention);
   m.def("attention_bf16_mode", &attention_bf16_mode);
+  m.def("attention_bf16_dot", &attention_bf16_dot);
 }

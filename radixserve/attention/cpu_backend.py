@@ -15,11 +15,14 @@ the log-sum-exp the merge needs) over the prefix's K/V gathered once: on the dev
 machine 16 groups x 512 query tokens x 512 prefix keys took 16 ms per layer against 77 ms
 in the kernel's fp32 tiles (bf16; fp32 42 ms).  A prompt's own causal block with nothing
 cached goes there as well, except over a bf16 pool where the kernel runs AMX blocks: those
-are faster than flash attention for such blocks.
+are faster than flash attention for such blocks.  That is the default ``DenseRule``; the
+model runner passes the one ``worker/attention_timing.py`` measured on the machine at hand
+(on an AMD Zen 4 the kernel won both kinds of block in bf16).
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -35,13 +38,27 @@ DENSE_MIN_ROWS = 512  # query rows per KV head from which a shared prefix goes t
 AMX_BF16 = 2  # attention_bf16_mode's value when the kernel runs AMX tile blocks
 
 
+@dataclass(frozen=True)
+class DenseRule:
+    """Which blocks go to torch's flash attention instead of the kernel: a shared prefix with at
+    least ``shared_min_rows`` query rows per KV head, a prompt's own causal block with at least
+    ``causal_min_rows`` (0 in either: never).  ``bf16_dot``: over a bf16 pool, the kernel's
+    blocks that do not run on AMX use AVX512-BF16 dot products (``attention_bf16_dot``; a
+    process-wide setting, applied when the backend is made).  ``worker/attention_timing.py``
+    measures all three per machine."""
+
+    shared_min_rows: int = DENSE_MIN_ROWS
+    causal_min_rows: int = DENSE_MIN_ROWS
+    bf16_dot: bool = False
+
+
 def available(kv_pool: KVPool) -> bool:
     """True when the kernel builds/loads here and supports the pool (CPU, fp32 or bf16)."""
     return kv_pool.device.type == "cpu" and kv_pool.dtype in SUPPORTED_DTYPES and cpu_native.load()
 
 
 class CpuBackend(AttentionBackend):
-    def __init__(self, kv_pool: KVPool) -> None:
+    def __init__(self, kv_pool: KVPool, dense: Optional[DenseRule] = None) -> None:
         super().__init__(kv_pool)
         if not available(kv_pool):
             raise RuntimeError("attention_backend: the cpu backend needs a CPU pool in float32 or bfloat16 and a "
@@ -49,9 +66,16 @@ class CpuBackend(AttentionBackend):
         # A prompt's own causal block goes to flash attention too, unless the kernel runs AMX
         # blocks on this bf16 pool: then the kernel is faster (ShareGPT's 64 prompts, 4-912
         # tokens, on the AMX Xeon: 13.55 s against 14.05 s end to end).
-        amx = kv_pool.dtype == torch.bfloat16 and int(torch.ops.radixserve_cpu.attention_bf16_mode(-1)) == AMX_BF16
-        self.dense_causal_min_rows = 0 if amx else DENSE_MIN_ROWS
+        self.dense = dense or self.default_rule(kv_pool)
+        if kv_pool.dtype == torch.bfloat16:
+            torch.ops.radixserve_cpu.attention_bf16_dot(int(self.dense.bf16_dot))
         self.caller_stores_kv = kv_pool.dtype  # attend reads K/V from the pool only
+
+    @staticmethod
+    def default_rule(kv_pool: KVPool) -> DenseRule:
+        """The rule measured on the AMX Xeon, used when none is given."""
+        amx = kv_pool.dtype == torch.bfloat16 and int(torch.ops.radixserve_cpu.attention_bf16_mode(-1)) == AMX_BF16
+        return DenseRule(DENSE_MIN_ROWS, 0 if amx else DENSE_MIN_ROWS)
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         seq_lens = np.asarray(batch.seq_lens_cpu, dtype=np.int64)
@@ -70,8 +94,8 @@ class CpuBackend(AttentionBackend):
             return meta
         rows, req_rows, seq_lens, ext_lens, start_loc = meta
         plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
-                          torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=DENSE_MIN_ROWS,
-                          dense_causal_min_rows=self.dense_causal_min_rows)
+                          torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=self.dense.shared_min_rows,
+                          dense_causal_min_rows=self.dense.causal_min_rows)
         plan.dense_slots = [batch.req_to_token[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
         batch.attn_metadata = plan
         return plan

@@ -12,12 +12,14 @@ from radixserve.attention.base import AttentionBackend
 from radixserve.mem_cache.kv_pool import KVPool
 
 
-def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device) -> AttentionBackend:
+def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device, cpu_dense=None) -> AttentionBackend:
     """Resolve ``--attention-backend`` (auto|cpu|torch_native|triton|flashinfer) to an instance.
 
     auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise; on the CPU the
     native kernel (``cpu``) when it builds here and supports the pool's dtype, else
-    torch_native (the kernel's loader has logged one warning saying why).
+    torch_native (the kernel's loader has logged one warning saying why).  ``cpu_dense``: the
+    cpu backend's ``DenseRule``, or a callable taking the pool and returning one (called only
+    when that backend is chosen); None: its default.
     """
     if name == "auto":
         if device.type == "cuda":
@@ -34,7 +36,7 @@ def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device) -
     if name == "cpu":
         from radixserve.attention.cpu_backend import CpuBackend
 
-        return CpuBackend(kv_pool)
+        return CpuBackend(kv_pool, cpu_dense(kv_pool) if callable(cpu_dense) else cpu_dense)
     if name == "torch_native":
         from radixserve.attention.torch_native import TorchNativeBackend
 

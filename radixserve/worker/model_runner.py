@@ -26,6 +26,7 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
+from radixserve.worker import attention_timing
 from radixserve.worker.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
@@ -90,7 +91,8 @@ class ModelRunner:
         self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, layout.num_kv_heads,
                               head_dim, self.dtype, self.device)
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
-        self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device)
+        self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device,
+                                                attention_timing.rule_for(layout.num_heads // layout.num_kv_heads))
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
         self.states: dict[str, ReqSamplingState] = {}
