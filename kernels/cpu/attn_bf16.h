@@ -8,15 +8,15 @@
 // of keys 2i and 2i+1 are interleaved (16-bit unpack) into vt [16][D/16] vectors of
 // (v[2i][d], v[2i+1][d]) for 16 dims, in the dim order dim_of() gives (put back at the end).
 // Blocks of query rows then run either
-//  * row_block_avx: each pair widened (shift, mask) to two fp32 vectors, fp32 FMAs: exact fp32
-//    arithmetic (the pool's values are bf16); no per-key horizontal sums; or
+//  * row_block_avx on fp32 queries: each pair widened (shift, mask) to two fp32 vectors, fp32
+//    FMAs: exact fp32 arithmetic (the pool's values are bf16); no per-key horizontal sums; or
 //  * row_block_amx (AMX-BF16, >= AMX_MIN_ROWS rows, up to 16): kt and vt are already the
 //    pair-interleaved B operands of TDPBF16PS; A is the bf16 queries (exact) for Q.K, then the
 //    probabilities rounded to bf16 (relative 2^-9 per weight) for P.V; fp32 accumulation.
-//  * row_block_dot (AVX512-BF16): the same blocks on _mm512_dpbf16_ps, no widening (Q.K exact,
-//    the probabilities rounded to bf16 pairs).  Slower than the widened FMAs on the AMX Xeon
-//    (one per 2 cycles against two FMAs per cycle), faster on AMD Zen 4: chosen by timing
-//    (worker/attention_timing.py, attention_bf16_dot).
+//  * row_block_avx on bf16 query pairs (AVX512-BF16): the same blocks on _mm512_dpbf16_ps, no
+//    widening (Q.K exact, the probabilities rounded to bf16 pairs).  Slower than the widened
+//    FMAs on the AMX Xeon (one per 2 cycles against two FMAs per cycle), faster on AMD Zen 4:
+//    chosen by timing (worker/attention_timing.py, attention_bf16_dot).
 #pragma once
 
 #if defined(__AVX512F__)
@@ -121,24 +121,23 @@ inline float softmax_step_512(__m512 s0, __m512 s1, int64_t lim, float& m, float
   return alpha;
 }
 
-// NR query rows (qf [NR][DC] fp32, o [NR][DC] accumulators in dim_of order, online-softmax
-// state) against one tile of n keys from key position kb (kt, vt as built by run_task_bf16),
-// in fp32: each bf16 pair of kt / vt is widened (a shift and a mask) to two fp32 vectors.
-template <int DC, int NR>
-inline void row_block_avx(const float* qf, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
-                        int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
-  constexpr int NP = DC / 2, DV = DC / 16;
-  int64_t lim[NR];
+// Keys of the tile [kb, kb + n) each of NR query rows sees (lim); false when none sees any.
+template <int NR>
+inline bool visible_keys(const int64_t* qpos, int64_t kb, int64_t n, int64_t* lim) {
   bool any = false;
   for (int rr = 0; rr < NR; ++rr) {
     lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
     any |= lim[rr] > 0;
   }
-  if (!any) return;
+  return any;
+}
+
+// Q.K and P.V of one register block, exact fp32: each bf16 pair of kt / vt is widened (a
+// shift and a mask) to two fp32 vectors; qf: NR fp32 query rows [NR][DC].
+template <int DC, int NR>
+inline void qk_block(const float* qf, const __m512i* kt, __m512* s0, __m512* s1) {
   const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
-  __m512 s0[NR], s1[NR];
-  for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
-  for (int p = 0; p < NP; ++p) {
+  for (int p = 0; p < DC / 2; ++p) {
     const __m512 k0e = _mm512_castsi512_ps(_mm512_slli_epi32(kt[2 * p], 16));
     const __m512 k0o = _mm512_castsi512_ps(_mm512_and_si512(kt[2 * p], hi));
     const __m512 k1e = _mm512_castsi512_ps(_mm512_slli_epi32(kt[2 * p + 1], 16));
@@ -152,24 +151,12 @@ inline void row_block_avx(const float* qf, float* o, float* m, float* l, const i
       s1[rr] = _mm512_fmadd_ps(k1o, qo, s1[rr]);
     }
   }
-  alignas(64) float pf[NR][KB];
-  float alpha[NR];
-  for (int rr = 0; rr < NR; ++rr) {
-    if (lim[rr] <= 0) {
-      _mm512_store_ps(pf[rr], _mm512_setzero_ps());
-      _mm512_store_ps(pf[rr] + 16, _mm512_setzero_ps());
-      alpha[rr] = 1.0f;
-      continue;
-    }
-    alpha[rr] = softmax_step_512(_mm512_mul_ps(s0[rr], scale), _mm512_mul_ps(s1[rr], scale), lim[rr], m[rr], l[rr],
-                                 pf[rr]);
-  }
-  __m512 acc[NR][DV];
-#pragma GCC unroll 4
-  for (int rr = 0; rr < NR; ++rr)
-#pragma GCC unroll 8
-    for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_mul_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), _mm512_set1_ps(alpha[rr]));
-  const int64_t npairs = (n + 1) / 2;
+}
+
+template <int DC, int NR>
+inline void pv_block(const float (*pf)[KB], int64_t npairs, const __m512i* vt, __m512 (*acc)[DC / 16]) {
+  constexpr int DV = DC / 16;
+  const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
   for (int64_t i = 0; i < npairs; ++i) {
 #pragma GCC unroll 8
     for (int x = 0; x < DV; ++x) {
@@ -182,60 +169,34 @@ inline void row_block_avx(const float* qf, float* o, float* m, float* l, const i
       }
     }
   }
-#pragma GCC unroll 4
-  for (int rr = 0; rr < NR; ++rr)
-#pragma GCC unroll 8
-    for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
 }
 
 #ifdef __AVX512BF16__
 #define RADIXSERVE_ATTN_BF16_DOT 1
-// row_block_avx's contract on AVX512-BF16 dot products (VDPBF16PS): Q.K straight from the
-// bf16 query pairs q2 (exact products, fp32 sums) and P.V with the probabilities rounded to
-// bf16 pairs (relative 2^-9 per weight, as on AMX); no widening of kt / vt.  Faster than the
-// widened FMAs on AMD Zen 4 and slower on the AMX Xeon, so worker/attention_timing.py times
-// both and sets attention_bf16_dot.
+// The same on AVX512-BF16 dot products (VDPBF16PS), no widening: Q.K straight from the bf16
+// query pairs q2 [NR][DC / 2] (exact products, fp32 sums), P.V with the probabilities rounded
+// to bf16 pairs (relative 2^-9 per weight, as on AMX).  Faster than the widened FMAs on AMD
+// Zen 4 and slower on the AMX Xeon, so worker/attention_timing.py times both and sets
+// attention_bf16_dot.
 template <int DC, int NR>
-inline void row_block_dot(const uint32_t* q2, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
-                          int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
-  constexpr int NP = DC / 2, DV = DC / 16;
-  int64_t lim[NR];
-  bool any = false;
-  for (int rr = 0; rr < NR; ++rr) {
-    lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
-    any |= lim[rr] > 0;
-  }
-  if (!any) return;
-  __m512 s0[NR], s1[NR];
-  for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
-  for (int p = 0; p < NP; ++p) {
+inline void qk_block(const uint32_t* q2, const __m512i* kt, __m512* s0, __m512* s1) {
+  for (int p = 0; p < DC / 2; ++p) {
     const __m512bh k0 = (__m512bh)kt[2 * p], k1 = (__m512bh)kt[2 * p + 1];
 #pragma GCC unroll 4
     for (int rr = 0; rr < NR; ++rr) {
-      const __m512bh qp = (__m512bh)_mm512_set1_epi32(int(q2[rr * NP + p]));
+      const __m512bh qp = (__m512bh)_mm512_set1_epi32(int(q2[rr * (DC / 2) + p]));
       s0[rr] = _mm512_dpbf16_ps(s0[rr], k0, qp);
       s1[rr] = _mm512_dpbf16_ps(s1[rr], k1, qp);
     }
   }
-  alignas(64) float pf[NR][KB];
+}
+
+template <int DC, int NR>
+inline void pv_block_dot(const float (*pf)[KB], int64_t npairs, const __m512i* vt, __m512 (*acc)[DC / 16]) {
+  constexpr int DV = DC / 16;
   alignas(64) uint32_t pp[NR][KB / 2];  // probabilities as bf16 pairs (keys 2i, 2i + 1)
-  float alpha[NR];
-  for (int rr = 0; rr < NR; ++rr) {
-    if (lim[rr] <= 0) {
-      _mm512_store_si512(pp[rr], _mm512_setzero_si512());
-      alpha[rr] = 1.0f;
-      continue;
-    }
-    alpha[rr] = softmax_step_512(_mm512_mul_ps(s0[rr], scale), _mm512_mul_ps(s1[rr], scale), lim[rr], m[rr], l[rr],
-                                 pf[rr]);
-    _mm512_store_si512(pp[rr], (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(pf[rr] + 16), _mm512_load_ps(pf[rr])));
-  }
-  __m512 acc[NR][DV];
-#pragma GCC unroll 4
   for (int rr = 0; rr < NR; ++rr)
-#pragma GCC unroll 8
-    for (int x = 0; x < DV; ++x) acc[rr][x] = _mm512_mul_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), _mm512_set1_ps(alpha[rr]));
-  const int64_t npairs = (n + 1) / 2;
+    _mm512_store_si512(pp[rr], (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(pf[rr] + 16), _mm512_load_ps(pf[rr])));
   for (int64_t i = 0; i < npairs; ++i) {
     __m512bh pv[NR];
 #pragma GCC unroll 4
@@ -247,12 +208,65 @@ inline void row_block_dot(const uint32_t* q2, float* o, float* m, float* l, cons
       for (int rr = 0; rr < NR; ++rr) acc[rr][x] = _mm512_dpbf16_ps(acc[rr][x], vv, pv[rr]);
     }
   }
+}
+#endif
+
+// NR query rows (o [NR][DC] accumulators in dim_of order, online-softmax state m, l) against
+// one tile of n keys from key position kb (kt, vt as built by run_task_bf16).  Q is float
+// (fp32 query rows: exact arithmetic) or uint32_t (bf16 query pairs: the dot products above).
+template <int DC, int NR, typename Q>
+inline void row_block_avx(const Q* q, float* o, float* m, float* l, const int64_t* qpos, int64_t kb, int64_t n,
+                          const __m512i* kt, const __m512i* vt, __m512 scale) {
+  int64_t lim[NR];
+  if (!visible_keys<NR>(qpos, kb, n, lim)) return;
+  __m512 s0[NR], s1[NR];
+  for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
+  qk_block<DC, NR>(q, kt, s0, s1);
+  alignas(64) float pf[NR][KB];
+  float alpha[NR];
+  for (int rr = 0; rr < NR; ++rr) {
+    if (lim[rr] <= 0) {
+      _mm512_store_ps(pf[rr], _mm512_setzero_ps());
+      _mm512_store_ps(pf[rr] + 16, _mm512_setzero_ps());
+      alpha[rr] = 1.0f;
+      continue;
+    }
+    alpha[rr] = softmax_step_512(_mm512_mul_ps(s0[rr], scale), _mm512_mul_ps(s1[rr], scale), lim[rr], m[rr], l[rr],
+                                 pf[rr]);
+  }
+  __m512 acc[NR][DC / 16];
 #pragma GCC unroll 4
   for (int rr = 0; rr < NR; ++rr)
 #pragma GCC unroll 8
-    for (int x = 0; x < DV; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
-}
+    for (int x = 0; x < DC / 16; ++x)
+      acc[rr][x] = _mm512_mul_ps(_mm512_loadu_ps(o + rr * DC + 16 * x), _mm512_set1_ps(alpha[rr]));
+  const int64_t npairs = (n + 1) / 2;
+#ifdef RADIXSERVE_ATTN_BF16_DOT
+  if constexpr (std::is_same_v<Q, uint32_t>)
+    pv_block_dot<DC, NR>(pf, npairs, vt, acc);
+  else
 #endif
+    pv_block<DC, NR>(pf, npairs, vt, acc);
+#pragma GCC unroll 4
+  for (int rr = 0; rr < NR; ++rr)
+#pragma GCC unroll 8
+    for (int x = 0; x < DC / 16; ++x) _mm512_storeu_ps(o + rr * DC + 16 * x, acc[rr][x]);
+}
+
+// All query rows from r0 of a tile in register blocks of RB rows (GQA 3: one block of 3 last).
+template <int DC, int RB, typename Q>
+inline void row_blocks(const Q* q, int64_t r0, int64_t rows, float* o, float* m, float* l, const int64_t* qpos,
+                       int64_t kb, int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
+  constexpr int QS = std::is_same_v<Q, uint32_t> ? DC / 2 : DC;  // a query row's stride
+  for (; r0 + RB <= rows; r0 += RB)
+    row_block_avx<DC, RB>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
+  switch (rows - r0) {
+    case 1: row_block_avx<DC, 1>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+    case 2: row_block_avx<DC, 2>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+    case 3: row_block_avx<DC, 3>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+    default: break;
+  }
+}
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
 // AMX (Sapphire Rapids and later) for blocks of up to 16 query rows: Q.K and P.V as
@@ -355,7 +369,7 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
 
 // One (task, KV head) over a bf16 pool, head dim DC (64 or 128); same contract as run_task.
 // use_amx: the thread's tiles are configured (amx_configure); blocks of at least AMX_MIN_ROWS
-// query rows then go to row_block_amx.  use_dot: the other blocks run row_block_dot.
+// query rows then go to row_block_amx.  use_dot: the other blocks run on dot products.
 constexpr int64_t AMX_MIN_ROWS = 4;
 template <int DC>
 void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_amx, bool use_dot) {
@@ -431,25 +445,11 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h, float* ws, bool use_a
 #endif
 #ifdef RADIXSERVE_ATTN_BF16_DOT
     if (use_dot) {
-      for (; r0 + RB <= rows; r0 += RB)
-        row_block_dot<DC, RB>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
-      switch (rows - r0) {
-        case 1: row_block_dot<DC, 1>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-        case 2: row_block_dot<DC, 2>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-        case 3: row_block_dot<DC, 3>(q2 + r0 * NP, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-        default: break;
-      }
+      row_blocks<DC, RB>(q2, r0, rows, o, m, l, qpos, kb, n, kt, vt, scale);
       continue;
     }
 #endif
-    for (; r0 + RB <= rows; r0 += RB)
-      row_block_avx<DC, RB>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
-    switch (rows - r0) {  // the last rows (GQA 3: one block of 3)
-      case 1: row_block_avx<DC, 1>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-      case 2: row_block_avx<DC, 2>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-      case 3: row_block_avx<DC, 3>(qf + r0 * DC, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-      default: break;
-    }
+    row_blocks<DC, RB>(qf, r0, rows, o, m, l, qpos, kb, n, kt, vt, scale);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t e = es + r / G, hh = h * G + r % G;

@@ -62,7 +62,7 @@ struct Args {
   int64_t H, Hkv, D;
   float scale;
   int64_t bf16_mode;  // bf16 pool: 0 the generic fp32 tiles, 1 the AVX-512 bf16 tiles, 2 those with AMX blocks
-  int64_t bf16_dot;   // modes 1-2: blocks not on AMX use AVX512-BF16 dot products (row_block_dot)
+  int64_t bf16_dot;   // modes 1-2: blocks not on AMX use AVX512-BF16 dot products
 };
 
 // Calls fn(r, src, p) for every query row of entries [es, ee) and KV head h (row r = i * G + g
