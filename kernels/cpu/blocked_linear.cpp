@@ -137,8 +137,11 @@ inline void block_rows(const uint8_t* rec, int64_t G, const int8_t* xh, const in
     for (int i = 0; i < MB; ++i)
       for (int h = 0; h < H; ++h) acc[c][i][h] = S::fzero();
   for (int64_t g = 0; g < G; ++g, rec += REC) {
+    // PREFETCH_RECORDS ahead in this thread's order: past a block's last group, into the block
+    // this stream runs next (NBK blocks on).
+    const int64_t ahead = PREFETCH_RECORDS * REC + (g + PREFETCH_RECORDS >= G ? (NBK - 1) * stride : 0);
     for (int c = 0; c < NBK; ++c)
-      for (int64_t l = 0; l < REC; l += 64) __builtin_prefetch(rec + c * stride + PREFETCH_RECORDS * REC + l);
+      for (int64_t l = 0; l < REC; l += 64) __builtin_prefetch(rec + c * stride + ahead + l);
     I ah[NBK][MB][H], al[NBK][MB][H], ah16[SPLIT8 ? NBK : 1][MB][H], al16[SPLIT8 ? NBK : 1][MB][H];
     for (int c = 0; c < NBK; ++c)
       for (int i = 0; i < MB; ++i)
