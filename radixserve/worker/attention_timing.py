@@ -9,7 +9,7 @@ steps 12.1 s against 15.3 s end to end).  So ``dense_rule`` times both on one la
 model's head layout, for a causal block and a shared prefix at ``SIZES`` query tokens, and
 gives flash attention the blocks from the smallest size where it was faster.  Over a bf16 pool
 it first times the kernel's blocks with and without AVX512-BF16 dot products
-(``row_block_dot`` in ``kernels/cpu/attn_bf16.h``) on a prompt and a shared-prefix decode step,
+(``row_block_avx`` on bf16 query pairs in ``kernels/cpu/attn_bf16.h``) on a prompt and a shared-prefix decode step,
 and keeps the faster (Zen 4: on, 1.52 against 2.06 ms per layer for 128 decode rows under 16
 shared 512-token prefixes).  About 0.5 s on
 the first start per machine, dtype and head layout; cached in
