@@ -2,7 +2,8 @@
 // maximal value of each row of fp32 logits [B, V], or of the row's first NaN when it has one,
 // exactly what torch's max(dim=-1).indices returns, in two vectorized passes per row (max and
 // NaN count, then the first index that holds it) instead of torch's scalar index-tracking loop.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

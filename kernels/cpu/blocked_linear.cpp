@@ -18,7 +18,8 @@
 // So one 64-byte load serves 16 channels (one int32 lane each) against a broadcast of 4 or 8
 // inputs: no horizontal sums, no shuffles, and one sequential stream per thread.  From
 // AMX_MIN_ROWS rows on, where the CPU has AMX-INT8, tiles do the same products (blocked_amx.h).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>

@@ -1,7 +1,9 @@
 // Fused elementwise ops for the CPU decode step (see radixserve/model/fused_ops.py): each
 // replaces a chain of small torch ops (and their dispatch and temporaries) with one pass.
 // Math in fp32; bf16 results are rounded at the same points as the torch ops they replace.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

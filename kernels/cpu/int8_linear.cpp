@@ -18,7 +18,8 @@
 //  * fp32: each weight is widened to fp32 in registers (exact) and multiplied in fp32.
 // Measured (benchmarks/README.md): torch's _weight_int8pack_mm and _weight_int4pack_mm run
 // these decode shapes well below this kernel's rate on the development machine.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

@@ -13,7 +13,8 @@
 // With AVX-512, key tiles are built with 16x16 transposes (attn_bf16.h); a bf16 pool runs the
 // tiles of attn_bf16.h (pair-interleaved bf16 K/V tiles, exact fp32 FMAs, AMX tile products
 // for blocks of >= 4 query rows where the CPU and the OS allow); run_task is the generic path.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
