@@ -69,6 +69,13 @@ def _run(cmd: list[str]) -> None:
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
 
+def _cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # the CPUs this process may run on
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
 def _compile(cxx: str, out: str) -> None:
     """Each source to an object, as many at once as there are CPUs, then one link into ``out``.
     Most of a source's time is parsing torch's headers (hence the sources include the ATen core
@@ -76,7 +83,7 @@ def _compile(cxx: str, out: str) -> None:
     this way."""
     objs = [f"{out}.{i}.o" for i in range(len(SOURCES))]
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(len(SOURCES), os.cpu_count() or 1))) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(SOURCES), _cpus())) as pool:
             for f in [pool.submit(_run, [cxx, *_compile_flags(), "-c", src, "-o", obj])
                       for src, obj in zip(SOURCES, objs)]:
                 f.result()
