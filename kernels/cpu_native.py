@@ -82,9 +82,10 @@ def _compile(cxx: str, out: str) -> None:
     headers, not ``ATen/ATen.h``): 59 s as one command on the 2-core development machine, 20 s
     this way."""
     objs = [f"{out}.{i}.o" for i in range(len(SOURCES))]
+    flags = _compile_flags()
     try:
         with ThreadPoolExecutor(max_workers=min(len(SOURCES), _cpus())) as pool:
-            for f in [pool.submit(_run, [cxx, *_compile_flags(), "-c", src, "-o", obj])
+            for f in [pool.submit(_run, [cxx, *flags, "-c", src, "-o", obj])
                       for src, obj in zip(SOURCES, objs)]:
                 f.result()
         _run([cxx, *objs, "-o", out, *_link_flags()])

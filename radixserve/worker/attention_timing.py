@@ -8,12 +8,11 @@ ones; on an AMD Zen 4 (AVX-512 BF16, no AMX) the kernel won causal blocks (Share
 steps 12.1 s against 15.3 s end to end).  So ``dense_rule`` times both on one layer of the
 model's head layout, for a causal block and a shared prefix at ``SIZES`` query tokens, and
 gives flash attention the blocks from the smallest size where it was faster.  Over a bf16 pool
-it first times the kernel's blocks with and without AVX512-BF16 dot products
-(``row_block_avx`` on bf16 query pairs in ``kernels/cpu/attn_bf16.h``) on a prompt and a shared-prefix decode step,
+it first times the kernel's blocks with and without AVX512-BF16 dot products (``row_block_avx``
+on bf16 query pairs, ``kernels/cpu/attn_bf16.h``) on a prompt and a shared-prefix decode step,
 and keeps the faster (Zen 4: on, 1.52 against 2.06 ms per layer for 128 decode rows under 16
-shared 512-token prefixes).  About 0.5 s on
-the first start per machine, dtype and head layout; cached in
-``$RADIXSERVE_CACHE/attention_timings.json``.
+shared 512-token prefixes).  About 0.5 s on the first start per machine, dtype and head layout;
+cached in ``$RADIXSERVE_CACHE/attention_timings.json``.
 """
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ logger = logging.getLogger(__name__)
 SIZES = (512, 1536)  # query tokens of the timed blocks
 MEMBERS = 8  # requests under the timed shared prefix
 NEVER = 1 << 40
+KINDS = ("causal_kernel", "causal_flash", "shared_kernel", "shared_flash")  # timings per size
 
 
 def _batch(prefix: int, new: list[int], pool: KVPool) -> ForwardBatch:
@@ -79,7 +79,7 @@ def measure(dtype: torch.dtype, num_kv_heads: int, head_dim: int, heads_per_kv: 
     pool.k_buffer[0].normal_()
     pool.v_buffer[0].normal_()
     heads = num_kv_heads * heads_per_kv
-    out: dict[str, list[float]] = {k: [] for k in ("causal_kernel", "causal_flash", "shared_kernel", "shared_flash")}
+    out: dict[str, list[float]] = {k: [] for k in KINDS}
     dot = False
     if dtype == torch.bfloat16 and int(torch.ops.radixserve_cpu.attention_bf16_dot(1)) == 1:
         # the kernel's blocks with and without bf16 dot products: a prompt, and a decode step of
@@ -118,9 +118,8 @@ def dense_rule(kv_pool: KVPool, heads_per_kv: int,
     path = os.path.join(loader.cache_root(), "attention_timings.json")
     cache = json_cache.load(path)
     timings = cache.get(key)
-    if not (isinstance(timings, dict) and all(isinstance(timings.get(k), list) and len(timings[k]) == len(SIZES)
-                                              for k in ("causal_kernel", "causal_flash", "shared_kernel",
-                                                        "shared_flash"))):
+    if not (isinstance(timings, dict)
+            and all(isinstance(timings.get(k), list) and len(timings[k]) == len(SIZES) for k in KINDS)):
         try:
             timings = (measure_fn or measure)(kv_pool.dtype, kv_pool.num_kv_heads, kv_pool.head_dim, heads_per_kv)
         except Exception as e:  # a measurement must never stop the server
