@@ -98,6 +98,12 @@ class AttentionBackend(ABC):
         returns may be reused by its next call: consume it before the next layer's."""
         return lambda q, layer_id, scaling: self.attend(q, None, None, layer_id, scaling, batch)
 
+    def native_plan(self, batch: ForwardBatch, num_heads: int) -> Optional[tuple[torch.Tensor, ...]]:
+        """``(req_to_token, tasks, entry_tok, tok_ptr, tok_entries)``: the arguments of
+        ``radixserve_cpu::paged_attention`` for this step, when every layer's attention is one call
+        into that kernel (a caller may then make those calls itself); None otherwise."""
+        return None
+
     def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)
 

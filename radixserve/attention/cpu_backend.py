@@ -111,16 +111,22 @@ class CpuBackend(AttentionBackend):
                                    plan, batch.positions, scaling, out, parts)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
+    def native_plan(self, batch: ForwardBatch, num_heads: int) -> Optional[tuple[torch.Tensor, ...]]:
+        plan = self._plan(batch, num_heads // self.kv_pool.num_kv_heads)
+        if plan.dense:
+            return None
+        return batch.req_to_token, plan.tasks, plan.entry_tok, plan.tok_ptr, plan.tok_entries
+
     def step_attention(self, batch: ForwardBatch, num_heads: int) -> Callable[[torch.Tensor, int, float], torch.Tensor]:
         """``attend`` with the plan's tensors, the pool's layers and one output buffer bound once
         per step: a single call into the kernel per layer (see the base class for the contract)."""
         pool = self.kv_pool
-        plan = self._plan(batch, num_heads // pool.num_kv_heads)
-        if plan.dense:  # flash-attention blocks of an extend step: the general path
+        native = self.native_plan(batch, num_heads)
+        if native is None:  # flash-attention blocks of an extend step: the general path
             return super().step_attention(batch, num_heads)
         kernel = torch.ops.radixserve_cpu.paged_attention.default
-        k_bufs, v_bufs, r2t, positions = pool.k_buffer, pool.v_buffer, batch.req_to_token, batch.positions
-        tasks, entry_tok, tok_ptr, tok_entries = plan.tasks, plan.entry_tok, plan.tok_ptr, plan.tok_entries
+        k_bufs, v_bufs, positions = pool.k_buffer, pool.v_buffer, batch.positions
+        r2t, tasks, entry_tok, tok_ptr, tok_entries = native
         out = torch.empty(batch.num_tokens, num_heads, pool.head_dim, dtype=pool.dtype)
 
         def attend(q: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
