@@ -119,11 +119,13 @@ QActs quantize_acts(const T* x, const float* in_scale, int64_t M, int64_t K, int
 #if RADIXSERVE_BLOCKED_SIMD
 using radixserve_cpu::BlockedIsa;
 
-// out[(c * MB + i) * 16 + j] = y[m0 + i, 16 (b + c) + j] for the NBK blocks whose records start
-// at rec (block b + c's at rec + c * G * REC).  Each block and row sums its int32 products in two
-// independent chains (xh and xl) and, for 8-bit codes without VNNI, two more (high nibbles);
-// VPDPBUSD's latency would otherwise bound a single row, hence also NBK = 2 blocks for one row.
-template <int BITS, int MB, int NBK>
+// out[i * 16 + j] = y[m0 + i, 16 b + j] for the block b whose records start at rec.  Each row
+// sums its int32 products in two independent chains (xh and xl) and, for 8-bit codes without
+// VNNI, two more (high nibbles); a single row with AVX-512 in twice as many (P = 2: alternate
+// 4-input runs), since VPDPBUSD's latency would otherwise bound it.  One block at a time keeps
+// one sequential stream per thread: two blocks at a time (two streams) ran the cold decode
+// linears of SmolLM2 at 17-19 GB/s on the AMD Zen 4 VM, one block with P = 2 at 24-25.
+template <int BITS, int MB>
 inline void block_rows(const uint8_t* rec, int64_t G, const int8_t* xh, const int8_t* xl, const float* ds,
                        const float* xs, int64_t K, float* out) {
   using S = BlockedIsa;
@@ -131,95 +133,87 @@ inline void block_rows(const uint8_t* rec, int64_t G, const int8_t* xh, const in
   using F = typename S::F;
   constexpr int H = 16 / S::L;  // vectors per 16 channels
   constexpr bool SPLIT8 = BITS == 8 && !S::VNNI;  // 8-bit codes as two nibbles (VPMADDUBSW's exact range)
+  constexpr int P = MB == 1 && S::L == 16 && !SPLIT8 ? 2 : 1;
   constexpr int64_t WB = weight_bytes(BITS), REC = record_bytes(BITS);
-  const int64_t stride = G * REC;
-  F acc[NBK][MB][H];
-  for (int c = 0; c < NBK; ++c)
-    for (int i = 0; i < MB; ++i)
-      for (int h = 0; h < H; ++h) acc[c][i][h] = S::fzero();
+  F acc[MB][H];
+  for (int i = 0; i < MB; ++i)
+    for (int h = 0; h < H; ++h) acc[i][h] = S::fzero();
   for (int64_t g = 0; g < G; ++g, rec += REC) {
-    // PREFETCH_RECORDS ahead in this thread's order: past a block's last group, into the block
-    // this stream runs next (NBK blocks on).
-    const int64_t ahead = PREFETCH_RECORDS * REC + (g + PREFETCH_RECORDS >= G ? (NBK - 1) * stride : 0);
-    for (int c = 0; c < NBK; ++c)
-      for (int64_t l = 0; l < REC; l += 64) __builtin_prefetch(rec + c * stride + ahead + l);
-    I ah[NBK][MB][H], al[NBK][MB][H], ah16[SPLIT8 ? NBK : 1][MB][H], al16[SPLIT8 ? NBK : 1][MB][H];
-    for (int c = 0; c < NBK; ++c)
+    // PREFETCH_RECORDS ahead: past the block's last group, into the next block (this thread's next)
+    for (int64_t l = 0; l < REC; l += 64) __builtin_prefetch(rec + PREFETCH_RECORDS * REC + l);
+    I ah[P][MB][H], al[P][MB][H], ah16[SPLIT8 ? MB : 1][H], al16[SPLIT8 ? MB : 1][H];
+    for (int p = 0; p < P; ++p)
       for (int i = 0; i < MB; ++i)
-        for (int h = 0; h < H; ++h) ah[c][i][h] = al[c][i][h] = S::izero();
+        for (int h = 0; h < H; ++h) ah[p][i][h] = al[p][i][h] = S::izero();
     if constexpr (SPLIT8)
-      for (int c = 0; c < NBK; ++c)
-        for (int i = 0; i < MB; ++i)
-          for (int h = 0; h < H; ++h) ah16[c][i][h] = al16[c][i][h] = S::izero();
+      for (int i = 0; i < MB; ++i)
+        for (int h = 0; h < H; ++h) ah16[i][h] = al16[i][h] = S::izero();
     const int64_t xo = g * GS;
-    // u: the codes of one 4-input run of 16 channels (a vector per h); x at xo + run
-    auto run = [&](const I (&u)[NBK][H], int64_t at) {
+    // u: the codes of one 4-input run of 16 channels (a vector per h); x at xo + at; p: the chains
+    auto run = [&](const I (&u)[H], int64_t at, int p) {
       for (int i = 0; i < MB; ++i) {
         const I bh = S::bcast4(xh + i * K + xo + at), bl = S::bcast4(xl + i * K + xo + at);
-        for (int c = 0; c < NBK; ++c)
-          for (int h = 0; h < H; ++h) {
-            if constexpr (SPLIT8) {
-              const I lo = S::lo4(u[c][h]), hi = S::hi4(u[c][h]);
-              ah[c][i][h] = S::dot4(ah[c][i][h], lo, bh);
-              al[c][i][h] = S::dot4(al[c][i][h], lo, bl);
-              ah16[c][i][h] = S::dot4(ah16[c][i][h], hi, bh);
-              al16[c][i][h] = S::dot4(al16[c][i][h], hi, bl);
-            } else {
-              ah[c][i][h] = S::dot4(ah[c][i][h], u[c][h], bh);
-              al[c][i][h] = S::dot4(al[c][i][h], u[c][h], bl);
-            }
+        for (int h = 0; h < H; ++h) {
+          if constexpr (SPLIT8) {
+            const I lo = S::lo4(u[h]), hi = S::hi4(u[h]);
+            ah[p][i][h] = S::dot4(ah[p][i][h], lo, bh);
+            al[p][i][h] = S::dot4(al[p][i][h], lo, bl);
+            ah16[i][h] = S::dot4(ah16[i][h], hi, bh);
+            al16[i][h] = S::dot4(al16[i][h], hi, bl);
+          } else {
+            ah[p][i][h] = S::dot4(ah[p][i][h], u[h], bh);
+            al[p][i][h] = S::dot4(al[p][i][h], u[h], bl);
           }
+        }
       }
     };
     if constexpr (BITS == 4) {
       for (int o = 0; o < 4; ++o) {
-        I lo[NBK][H], hi[NBK][H];
-        for (int c = 0; c < NBK; ++c)
-          for (int h = 0; h < H; ++h) {
-            const I v = S::load(rec + c * stride + o * 64 + h * (64 / H));
-            lo[c][h] = S::lo4(v);
-            hi[c][h] = S::hi4(v);
-          }
-        run(lo, 8 * o);
-        run(hi, 8 * o + 4);
+        I lo[H], hi[H];
+        for (int h = 0; h < H; ++h) {
+          const I v = S::load(rec + o * 64 + h * (64 / H));
+          lo[h] = S::lo4(v);
+          hi[h] = S::hi4(v);
+        }
+        run(lo, 8 * o, 0);
+        run(hi, 8 * o + 4, P - 1);
       }
     } else {
       for (int o = 0; o < 8; ++o) {
-        I u[NBK][H];
-        for (int c = 0; c < NBK; ++c)
-          for (int h = 0; h < H; ++h) u[c][h] = S::load(rec + c * stride + o * 64 + h * (64 / H));
-        run(u, 4 * o);
+        I u[H];
+        for (int h = 0; h < H; ++h) u[h] = S::load(rec + o * 64 + h * (64 / H));
+        run(u, 4 * o, o % P);
       }
     }
     const F k254 = S::set1(254.0f);
-    for (int c = 0; c < NBK; ++c) {
-      const uint16_t* dm = reinterpret_cast<const uint16_t*>(rec + c * stride + WB);
-      for (int h = 0; h < H; ++h) {
-        const F d = S::half(dm + h * S::L), m = S::half(dm + 16 + h * S::L);
-        for (int i = 0; i < MB; ++i) {
-          I sh = ah[c][i][h], sl = al[c][i][h];
-          if constexpr (SPLIT8) {
-            sh = S::add_x16(sh, ah16[c][i][h]);
-            sl = S::add_x16(sl, al16[c][i][h]);
-          }
-          const F dot = S::fma(S::tof(sh), k254, S::tof(sl));  // in units of s / 254
-          acc[c][i][h] = S::fma(dot, S::mul(d, S::set1(ds[i * G + g])), acc[c][i][h]);
-          acc[c][i][h] = S::fma(m, S::set1(xs[i * G + g]), acc[c][i][h]);
+    const uint16_t* dm = reinterpret_cast<const uint16_t*>(rec + WB);
+    for (int h = 0; h < H; ++h) {
+      const F d = S::half(dm + h * S::L), m = S::half(dm + 16 + h * S::L);
+      for (int i = 0; i < MB; ++i) {
+        I sh = ah[0][i][h], sl = al[0][i][h];
+        if constexpr (P == 2) {
+          sh = S::add(sh, ah[1][i][h]);
+          sl = S::add(sl, al[1][i][h]);
         }
+        if constexpr (SPLIT8) {
+          sh = S::add_x16(sh, ah16[i][h]);
+          sl = S::add_x16(sl, al16[i][h]);
+        }
+        const F dot = S::fma(S::tof(sh), k254, S::tof(sl));  // in units of s / 254
+        acc[i][h] = S::fma(dot, S::mul(d, S::set1(ds[i * G + g])), acc[i][h]);
+        acc[i][h] = S::fma(m, S::set1(xs[i * G + g]), acc[i][h]);
       }
     }
   }
-  for (int c = 0; c < NBK; ++c)
-    for (int i = 0; i < MB; ++i)
-      for (int h = 0; h < H; ++h) S::store(out + (c * MB + i) * 16 + h * S::L, acc[c][i][h]);
+  for (int i = 0; i < MB; ++i)
+    for (int h = 0; h < H; ++h) S::store(out + i * 16 + h * S::L, acc[i][h]);
 }
 constexpr int MAX_MB = BlockedIsa::L == 16 ? 4 : 2;  // rows per pass: AVX2 has half the registers
 #else
 // Without AVX2: the same arithmetic, one lane at a time.
-template <int BITS, int MB, int NBK>
+template <int BITS, int MB>
 inline void block_rows(const uint8_t* rec, int64_t G, const int8_t* xh, const int8_t* xl, const float* ds,
                        const float* xs, int64_t K, float* out) {
-  static_assert(NBK == 1, "one block at a time");
   constexpr int64_t WB = weight_bytes(BITS), REC = record_bytes(BITS);
   for (int i = 0; i < MB * 16; ++i) out[i] = 0.0f;
   for (int64_t g = 0; g < G; ++g, rec += REC) {
@@ -244,9 +238,9 @@ inline void block_rows(const uint8_t* rec, int64_t G, const int8_t* xh, const in
 constexpr int MAX_MB = 1;
 #endif
 
-template <int BITS, int MB, int NBK = 1>
+template <int BITS, int MB>
 inline void rows_pass(const uint8_t* rec, int64_t G, const QActs& a, int64_t m0, int64_t K, float* out) {
-  block_rows<BITS, MB, NBK>(rec, G, a.xh.data() + m0 * K, a.xl.data() + m0 * K, a.ds.data() + m0 * G,
+  block_rows<BITS, MB>(rec, G, a.xh.data() + m0 * K, a.xl.data() + m0 * K, a.ds.data() + m0 * G,
                             a.xs.data() + m0 * G, K, out);
 }
 
@@ -281,17 +275,8 @@ void blocked_impl(const QActs& a, const uint8_t* w, int64_t M, int64_t K, int64_
       return;
     }
 #endif
-    for (int64_t b = b0; b < b1;) {
+    for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* rec = w + b * G * REC;
-#if RADIXSERVE_BLOCKED_SIMD
-      if (M == 1 && b + 1 < b1) {  // one row: two blocks at a time (see block_rows)
-        rows_pass<BITS, 1, 2>(rec, G, a, 0, K, out);
-        store(b, 0, 1, out);
-        store(b + 1, 0, 1, out + 16);
-        b += 2;
-        continue;
-      }
-#endif
       for (int64_t m0 = 0; m0 < M; m0 += MAX_MB) {
         const int64_t mb = std::min<int64_t>(MAX_MB, M - m0);
         switch (mb) {
@@ -304,7 +289,6 @@ void blocked_impl(const QActs& a, const uint8_t* w, int64_t M, int64_t K, int64_
         }
         store(b, m0, mb, out);
       }
-      ++b;
     }
   });
 }
