@@ -33,33 +33,29 @@ constexpr int64_t PER_LAYER = 4;              // qkv, o, gate_up, down
 
 using OptT = std::optional<at::Tensor>;
 
+using TRef = const at::Tensor&;
+// the C++ signatures of the ops (as their sources define them)
+using BlockedSig = at::Tensor(TRef, TRef, int64_t, const OptT&);
+using Int8Sig = at::Tensor(TRef, TRef, TRef, const OptT&);
+using RmsSig = at::Tensor(TRef, TRef, double);
+using AddRmsSig = void(at::Tensor, at::Tensor, TRef, double);
+using RopeStoreSig = void(TRef, TRef, TRef, TRef, at::Tensor, at::Tensor, TRef, at::Tensor);
+using SiluMulSig = at::Tensor(TRef);
+using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&, const OptT&);
+
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> typed(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
 }
 
 struct Ops {
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, const OptT&)> blocked =
-      typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, const OptT&)>("radixserve_cpu::blocked_linear");
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptT&)> int8 =
-      typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptT&)>("radixserve_cpu::int8_linear");
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)> rms =
-      typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("radixserve_cpu::rms_norm");
-  c10::TypedOperatorHandle<void(at::Tensor, at::Tensor, const at::Tensor&, double)> add_rms =
-      typed<void(at::Tensor, at::Tensor, const at::Tensor&, double)>("radixserve_cpu::add_rms_norm");
-  c10::TypedOperatorHandle<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor,
-                                at::Tensor, const at::Tensor&, at::Tensor)>
-      rope_store = typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor,
-                              at::Tensor, const at::Tensor&, at::Tensor)>("radixserve_cpu::rope_store_kv");
-  c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)> silu_mul =
-      typed<at::Tensor(const at::Tensor&)>("radixserve_cpu::silu_mul");
-  c10::TypedOperatorHandle<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                const at::Tensor&, double, at::Tensor, const OptT&, const OptT&)>
-      attention = typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                             const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                             const at::Tensor&, double, at::Tensor, const OptT&, const OptT&)>(
-          "radixserve_cpu::paged_attention");
+  c10::TypedOperatorHandle<BlockedSig> blocked = typed<BlockedSig>("radixserve_cpu::blocked_linear");
+  c10::TypedOperatorHandle<Int8Sig> int8 = typed<Int8Sig>("radixserve_cpu::int8_linear");
+  c10::TypedOperatorHandle<RmsSig> rms = typed<RmsSig>("radixserve_cpu::rms_norm");
+  c10::TypedOperatorHandle<AddRmsSig> add_rms = typed<AddRmsSig>("radixserve_cpu::add_rms_norm");
+  c10::TypedOperatorHandle<RopeStoreSig> rope_store = typed<RopeStoreSig>("radixserve_cpu::rope_store_kv");
+  c10::TypedOperatorHandle<SiluMulSig> silu_mul = typed<SiluMulSig>("radixserve_cpu::silu_mul");
+  c10::TypedOperatorHandle<AttentionSig> attention = typed<AttentionSig>("radixserve_cpu::paged_attention");
 };
 
 const Ops& ops() {
@@ -160,6 +156,5 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
   m.class_<LayerStack>("LayerStack")
       .def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, c10::List<OptT>,
                        c10::List<OptT>, std::vector<at::Tensor>, std::vector<at::Tensor>, double, int64_t>())
-      .def("num_layers", &LayerStack::num_layers)
       .def("run", &LayerStack::run);
 }

@@ -34,6 +34,7 @@ from radixserve.model.quant import QuantLinear
 INT8, PACKED, DENSE, BLOCKED4, BLOCKED8 = 1, 2, 3, 4, 8  # the linear kinds of layer_stack.cpp
 _LINEARS = (("self_attn", "qkv_proj"), ("self_attn", "o_proj"), ("mlp", "gate_up_proj"), ("mlp", "down_proj"))
 _CACHE = "_layer_stack_cache"
+_WALKED = 8  # entries per layer in _walk's list
 
 
 def _hooked(mod: nn.Module) -> bool:
@@ -60,8 +61,8 @@ def linear_spec(mod: nn.Module, rows: int) -> Optional[tuple]:
 
 
 def _walk(model: Any) -> list:
-    """Per layer: its two norm modules, their weights and its four linear modules (the identity
-    of these decides whether a cached stack is still the model's)."""
+    """Per layer (``_WALKED`` entries): its two norm modules, their weights and its four linear
+    modules (the identity of these decides whether a cached stack is still the model's)."""
     out: list = []
     for layer in model.layers:
         mods = layer._modules
@@ -77,10 +78,12 @@ class _Stacks:
 
     def __init__(self, model: Any, mods: list, pool: Any) -> None:
         self.mods, self.pool, self.k_buffer = mods, pool, pool.k_buffer
-        self.linears = [m for i, m in enumerate(mods) if i % 8 >= 4]
+        per_layer = [mods[i: i + _WALKED] for i in range(0, len(mods), _WALKED)]
+        norms = [m for p in per_layer for m in p[0:2]]
+        self.norm_weights = [w for p in per_layer for w in p[2:4]]
+        self.linears = [m for p in per_layer for m in p[4:]]
         self.thresholds = sorted({m.max_m for m in self.linears if type(m) is QuantLinear and m.max_m is not None})
         attns = [layer.self_attn for layer in model.layers]
-        norms = [m for i, m in enumerate(mods) if i % 8 < 2]
         self.uniform = (len({a.scaling for a in attns}) == 1 and len({n.eps for n in norms}) == 1
                         and [a.layer_id for a in attns] == list(range(len(attns))))
         self.scaling, self.eps, self.heads = attns[0].scaling, norms[0].eps, attns[0].num_heads
@@ -97,9 +100,8 @@ class _Stacks:
         if not self.uniform or any(s is None for s in specs):
             return None
         kinds, w, a, b = (list(t) for t in zip(*specs))
-        norms = [m for i, m in enumerate(self.mods) if i % 8 in (2, 3)]
-        return torch.classes.radixserve_cpu.LayerStack(norms, kinds, w, a, b, self.pool.k_buffer, self.pool.v_buffer,
-                                                       float(self.eps), int(self.heads))
+        return torch.classes.radixserve_cpu.LayerStack(self.norm_weights, kinds, w, a, b, self.pool.k_buffer,
+                                                       self.pool.v_buffer, float(self.eps), int(self.heads))
 
 
 def available() -> bool:
