@@ -41,7 +41,8 @@ using RmsSig = at::Tensor(TRef, TRef, double);
 using AddRmsSig = void(at::Tensor, at::Tensor, TRef, double);
 using RopeStoreSig = void(TRef, TRef, TRef, TRef, at::Tensor, at::Tensor, TRef, at::Tensor);
 using SiluMulSig = at::Tensor(TRef);
-using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&, const OptT&);
+using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&,
+                          const OptT&);
 
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> typed(const char* name) {
