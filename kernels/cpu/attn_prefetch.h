@@ -8,7 +8,7 @@
 // batch 64 x 40 keys took 250 us a layer cold against 95 us hot.  So:
 //  * prefetch_rows: every line of a head's K and V rows (128 bytes for D = 64 in bf16, 256 or
 //    512 otherwise; the spatial prefetcher does not reliably bring a row's second line), and
-//  * prefetch_item: the first keys of the (task, KV head) a worker will run next, issued
+//  * prefetch_item: the first keys of the item (a task's KV heads) a worker will run next, issued
 //    before it runs the current one, so the next item's first tile is on its way meanwhile.
 // Prefetches never fault and change no result: they only move lines into the cache.
 #pragma once
@@ -27,10 +27,20 @@ inline void prefetch_rows(const Args& a, int64_t elem, int64_t slot, int64_t h) 
   }
 }
 
-// The first PREFETCH_ITEM_KEYS keys of item i (task i / Hkv, KV head i % Hkv) of the plan.
-inline void prefetch_item(const Args& a, int64_t elem, int64_t i) {
-  const int32_t* t = a.tasks + (i / a.Hkv) * 5;
+// Every cache line of the K row alone (the bf16 tiles' next-tile prefetch).  Measured on AMD
+// Zen 4, decode at batch 32 x 300 keys, 30 layers cold, in one run: prefetching the K and V
+// rows ran at 8.6 GB/s, K alone at 10.5 (the V rows come in while the tile's Q.K runs).
+inline void prefetch_k_row(const Args& a, int64_t elem, int64_t slot, int64_t h) {
+  const int64_t bytes = a.D * elem;
+  const char* k = static_cast<const char*>(a.k) + (slot * a.Hkv + h) * bytes;
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(k + b);
+}
+
+// The first keys of an item (KV heads [h0, h0 + nh) of a task): PREFETCH_ITEM_KEYS rows in all.
+inline void prefetch_item(const Args& a, int64_t elem, int64_t task, int64_t h0, int64_t nh) {
+  const int32_t* t = a.tasks + task * 5;
   const int32_t* slots = a.r2t + int64_t(t[0]) * a.r2t_stride;
-  const int64_t end = std::min<int64_t>(t[2], t[1] + PREFETCH_ITEM_KEYS);
-  for (int64_t j = t[1]; j < end; ++j) prefetch_rows(a, elem, slots[j], i % a.Hkv);
+  const int64_t end = std::min<int64_t>(t[2], t[1] + PREFETCH_ITEM_KEYS / nh);
+  for (int64_t j = t[1]; j < end; ++j)
+    for (int64_t h = h0; h < h0 + nh; ++h) prefetch_rows(a, elem, slots[j], h);
 }

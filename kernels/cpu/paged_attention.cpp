@@ -332,15 +332,36 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   }
 }
 
-// Workers pull (task, KV head) items from a shared counter: tasks differ in cost, and the plan
-// lists the costly ones first.
+// Workers pull items (a task and a range of its KV heads) from a shared counter: tasks differ
+// in cost, and the plan lists the costly ones first.  Over a bf16 pool a task whose rows fit
+// the scratch for every KV head at once is one item for all its heads (run_task_bf16: each
+// key's K/V rows of all heads read together), when there are enough tasks to keep the
+// workers busy; otherwise each (task, KV head) is an item.
 template <typename T, int DC>
 void run_all(const Args& a, int64_t num_tasks) {
   const int64_t D = DC ? DC : a.D;
   const int64_t ws_size = 3 * MAX_ROWS * D + 2 * KB * D + 16 * (D + 2 * KB);
+  const int64_t G = a.H / a.Hkv;
+  const int64_t threads = at::get_num_threads();
+  bool bf16_tiles = false;
+#ifdef RADIXSERVE_ATTN_BF16
+  if constexpr (std::is_same_v<T, uint16_t> && DC > 0) bf16_tiles = a.bf16_mode >= 1;
+#endif
+  // items as (task, first KV head, KV heads)
+  std::vector<int32_t> items;
+  items.reserve(3 * num_tasks * a.Hkv);
+  const bool group_heads = bf16_tiles && a.Hkv > 1 && num_tasks >= 2 * threads;
+  for (int64_t i = 0; i < num_tasks; ++i) {
+    const int32_t* t = a.tasks + i * 5;
+    if (group_heads && (t[4] - t[3]) * G * a.Hkv <= MAX_ROWS) {
+      items.insert(items.end(), {int32_t(i), 0, int32_t(a.Hkv)});
+      continue;
+    }
+    for (int64_t h = 0; h < a.Hkv; ++h) items.insert(items.end(), {int32_t(i), int32_t(h), 1});
+  }
+  const int64_t n = int64_t(items.size()) / 3;
   std::atomic<int64_t> next{0};
-  const int64_t n = num_tasks * a.Hkv;
-  const int64_t workers = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(n, 1));
+  const int64_t workers = std::min<int64_t>(threads, std::max<int64_t>(n, 1));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     // The thread's scratch persists across calls (OpenMP's threads do): a fresh zero-filled
     // vector here (120 KB for D = 64) was a malloc and a memset per worker and layer.
@@ -356,16 +377,17 @@ void run_all(const Args& a, int64_t num_tasks) {
 #endif
     for (int64_t i = next++, j = 0; i < n; i = j) {
       j = next++;  // claimed now: its first keys load while item i runs
-      if (j < n) prefetch_item(a, sizeof(T), j);
+      if (j < n) prefetch_item(a, sizeof(T), items[3 * j], items[3 * j + 1], items[3 * j + 2]);
+      const int64_t task = items[3 * i], h0 = items[3 * i + 1], nh = items[3 * i + 2];
 #ifdef RADIXSERVE_ATTN_BF16
       if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
-        if (a.bf16_mode >= 1) {
-          run_task_bf16<DC>(a, i / a.Hkv, i % a.Hkv, ws, amx, a.bf16_dot != 0);
+        if (bf16_tiles) {
+          run_task_bf16<DC>(a, task, h0, nh, ws, amx, a.bf16_dot != 0);
           continue;
         }
       }
 #endif
-      run_task<T, DC>(a, i / a.Hkv, i % a.Hkv, ws);
+      run_task<T, DC>(a, task, h0, ws);  // nh == 1 here
     }
 #ifdef RADIXSERVE_ATTN_AMX
     if (amx) _tile_release();
