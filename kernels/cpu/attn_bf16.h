@@ -367,6 +367,48 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
 }
 #endif
 
+// The tiles of run_task_bf16 for KV head h and keys [kb, kb + n) (of a task's keys up to kend):
+// kt [NP][2], the K rows transposed as dwords (two 16-key halves, NP/16 transposes of 16
+// dwords per key), and vt [16][DV], the V rows of key pairs interleaved.  Keys past n are
+// zero.  Prefetches the next tile's K rows.
+template <int DC>
+inline void build_tiles_bf16(const Args& a, const int32_t* slots, int64_t kb, int64_t n, int64_t kend, int64_t h,
+                             __m512i* __restrict kt, __m512i* __restrict vt) {
+  constexpr int NP = DC / 2;
+  constexpr int DV = DC / 16;
+  const uint16_t* kbuf = static_cast<const uint16_t*>(a.k);
+  const uint16_t* vbuf = static_cast<const uint16_t*>(a.v);
+  for (int half = 0; half < 2; ++half) {
+    const uint16_t* kp[16];
+    for (int j = 0; j < 16; ++j) {
+      const int64_t key = kb + 16 * half + j;
+      kp[j] = key < kb + n ? kbuf + (int64_t(slots[key]) * a.Hkv + h) * DC : kZeroRow;
+      if (key + KB < kend) prefetch_k_row(a, 2, slots[key + KB], h);
+    }
+    if (16 * half >= n) {
+      for (int p = 0; p < NP; ++p) kt[2 * p + half] = _mm512_setzero_si512();
+      continue;
+    }
+    for (int c = 0; c < NP / 16; ++c) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(kp[j] + 32 * c);
+      transpose16(r);
+      for (int p = 0; p < 16; ++p) kt[2 * (16 * c + p) + half] = r[p];
+    }
+  }
+  const int64_t npairs = (n + 1) / 2;
+  for (int64_t i = 0; i < npairs; ++i) {
+    const uint16_t* v0 = vbuf + (int64_t(slots[kb + 2 * i]) * a.Hkv + h) * DC;
+    const uint16_t* v1 = 2 * i + 1 < n ? vbuf + (int64_t(slots[kb + 2 * i + 1]) * a.Hkv + h) * DC : kZeroRow;
+    for (int c = 0; c < DC / 32; ++c) {
+      const __m512i x0 = _mm512_loadu_si512(v0 + 32 * c), x1 = _mm512_loadu_si512(v1 + 32 * c);
+      vt[i * DV + 2 * c] = _mm512_unpacklo_epi16(x0, x1);
+      vt[i * DV + 2 * c + 1] = _mm512_unpackhi_epi16(x0, x1);
+    }
+  }
+  for (int64_t i = npairs * DV; i < 16 * DV; ++i) vt[i] = _mm512_setzero_si512();
+}
+
 // KV heads [h0, h0 + nh) of one task over a bf16 pool, head dim DC (64 or 128); per head the
 // same contract as run_task.  Each head's query rows occupy their own span of the scratch
 // (nh x rows <= MAX_ROWS).  Per 32-key tile the heads run one after another, so a key's K and
@@ -385,8 +427,6 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h0, int64_t nh, float* w
   const int32_t* t = a.tasks + task * 5;
   const int64_t row = t[0], ks = t[1], ke = t[2], es = t[3], ee = t[4];
   const int64_t rows = (ee - es) * G;  // per head
-  const uint16_t* kbuf = static_cast<const uint16_t*>(a.k);
-  const uint16_t* vbuf = static_cast<const uint16_t*>(a.v);
   uint32_t* __restrict q2 = reinterpret_cast<uint32_t*>(ws);  // [nh * rows (+16 padding), NP] query pairs
   float* __restrict o = ws + (MAX_ROWS + 16) * NP;            // [nh * rows, DC], dims as dim_of
   __m512i* __restrict kt = reinterpret_cast<__m512i*>(o + MAX_ROWS * DC);  // [NP][2]
@@ -413,39 +453,9 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h0, int64_t nh, float* w
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (int64_t kb = ks; kb < kend; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
-    const int64_t npairs = (n + 1) / 2;
     for (int64_t hi = 0; hi < nh; ++hi) {
       const int64_t h = h0 + hi, base = hi * rows;
-      // K tile: two 16-key halves, each NP/16 transposes of 16 dwords per key.
-      for (int half = 0; half < 2; ++half) {
-        const uint16_t* kp[16];
-        for (int j = 0; j < 16; ++j) {
-          const int64_t key = kb + 16 * half + j;
-          kp[j] = key < kb + n ? kbuf + (int64_t(slots[key]) * a.Hkv + h) * DC : kZeroRow;
-          if (key + KB < kend) prefetch_k_row(a, 2, slots[key + KB], h);  // the next tile's
-        }
-        if (16 * half >= n) {
-          for (int p = 0; p < NP; ++p) kt[2 * p + half] = _mm512_setzero_si512();
-          continue;
-        }
-        for (int c = 0; c < NP / 16; ++c) {
-          __m512i r[16];
-          for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(kp[j] + 32 * c);
-          transpose16(r);
-          for (int p = 0; p < 16; ++p) kt[2 * (16 * c + p) + half] = r[p];
-        }
-      }
-      // V tile: key pairs interleaved.
-      for (int64_t i = 0; i < npairs; ++i) {
-        const uint16_t* v0 = vbuf + (int64_t(slots[kb + 2 * i]) * a.Hkv + h) * DC;
-        const uint16_t* v1 = 2 * i + 1 < n ? vbuf + (int64_t(slots[kb + 2 * i + 1]) * a.Hkv + h) * DC : kZeroRow;
-        for (int c = 0; c < DC / 32; ++c) {
-          const __m512i x0 = _mm512_loadu_si512(v0 + 32 * c), x1 = _mm512_loadu_si512(v1 + 32 * c);
-          vt[i * DV + 2 * c] = _mm512_unpacklo_epi16(x0, x1);
-          vt[i * DV + 2 * c + 1] = _mm512_unpackhi_epi16(x0, x1);
-        }
-      }
-      for (int64_t i = npairs * DV; i < 16 * DV; ++i) vt[i] = _mm512_setzero_si512();
+      build_tiles_bf16<DC>(a, slots, kb, n, kend, h, kt, vt);
       float* ob = o + base * DC;
       int64_t r0 = 0;
 #ifdef RADIXSERVE_ATTN_AMX
