@@ -23,7 +23,7 @@ from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.utils import tune_malloc
-from radixserve.worker.kernel_timing import best_time
+from radixserve.worker.tuning.kernel_timing import best_time
 
 
 def make_batch(bsz: int, groups: int, prefix: int, suffix: int, new: int, shared: bool, slots: int) -> ForwardBatch:

@@ -17,8 +17,8 @@ import torch
 
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.mem_cache.tree_inspect import SCAN_BUDGET, tree_snapshot
-from radixserve.server.cache_inspector import add_previews
-from radixserve.server.inspector_models import CacheTree
+from radixserve.server.inspector.routes import add_previews
+from radixserve.server.inspector.models import CacheTree
 
 
 def build(num_nodes: int, seed: int = 0) -> RadixCache:

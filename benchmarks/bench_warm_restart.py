@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from report import write_json  # noqa: E402
 from server_harness import ServerHandle  # noqa: E402
 
-from radixserve.worker.prefix_store import FILE_NAME  # noqa: E402
+from radixserve.worker.persist.store import FILE_NAME  # noqa: E402
 
 _LOADED = re.compile(r"loaded (\d+) of (\d+) persisted tokens \((\d+) nodes\) in ([0-9.]+)s")
 _WRITTEN = re.compile(r"persisted (\d+) cached tokens .* in ([0-9.]+)s")

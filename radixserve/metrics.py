@@ -41,7 +41,7 @@ class Metrics:
                                registry=r)
         self._spec_totals = [0, 0]  # proposed, accepted: the gauge's ratio
         self.cache_hit_rate = Gauge(p + "cache_hit_rate", "Prefix cache hit rate (tokens)", registry=r)
-        # per API key name (server/accounting.py): what each key was charged
+        # per API key name (server/tenancy/accounting.py): what each key was charged
         self.key_prompt = Counter(p + "key_prompt_tokens", "Prompt tokens charged", ["key"], registry=r)
         self.key_cached = Counter(p + "key_cached_tokens", "Charged prompt tokens served from the prefix cache",
                                   ["key"], registry=r)

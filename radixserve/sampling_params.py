@@ -82,7 +82,7 @@ class SamplingParams:
     request in its own prefix-cache namespace: requests with different salts never share KV,
     so one cannot time another's cache hits.  Also top-level on /generate and the OpenAI
     bodies.  In multi-key mode the server prefixes it with the key's salt
-    (``server/accounting.py``), so a tenant can never enter another's namespace.
+    (``server/tenancy/accounting.py``), so a tenant can never enter another's namespace.
     """
 
     max_new_tokens: int = 128

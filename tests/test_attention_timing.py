@@ -1,4 +1,4 @@
-"""The measured rule for which extend blocks go to flash attention (worker/attention_timing.py):
+"""The measured rule for which extend blocks go to flash attention (worker/tuning/attention_timing.py):
 the choice from timings, the cache, a failing measurement, a real measurement, the rule's two
 paths giving the same attention, and the runner using the measured rule."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from radixserve.attention.cpu_backend import CpuBackend, DenseRule
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
-from radixserve.worker import attention_timing as at
+from radixserve.worker.tuning import attention_timing as at
 
 from conftest import make_engine
 

@@ -15,7 +15,7 @@ import random
 import httpx
 import pytest
 
-from radixserve.server.inspector_models import CacheStatsReply, CacheTree
+from radixserve.server.inspector.models import CacheStatsReply, CacheTree
 from conftest import walk
 from server_harness import ServerHandle
 

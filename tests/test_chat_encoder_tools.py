@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from radixserve.server.chat_encoder import ChatEncoder
-from radixserve.server.tool_prompt import hermes_messages
+from radixserve.server.openai.chat_encoder import ChatEncoder
+from radixserve.tools.prompt import hermes_messages
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
 MSGS = [{"role": "user", "content": "hi"},

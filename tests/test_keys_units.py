@@ -5,9 +5,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from radixserve.server.budget import Ledger, LimitExceeded, period_bounds
-from radixserve.server.keys import KeysFileError, KeySpec, load_keys, parse_keys
-from radixserve.server.usage_db import UsageDB
+from radixserve.server.tenancy.budget import Ledger, LimitExceeded, period_bounds
+from radixserve.server.tenancy.keys import KeysFileError, KeySpec, load_keys, parse_keys
+from radixserve.server.tenancy.usage_db import UsageDB
 
 GOOD = {"key": "sk-a", "name": "alice"}
 
@@ -102,8 +102,8 @@ def test_accounting_charges_prompts_once_and_releases_every_reservation(tmp_path
     from radixserve.metrics import Metrics
     from radixserve.request import FinishReason
     from radixserve.sampling_params import SamplingParams
-    from radixserve.server.accounting import Accounting, current_key
-    from radixserve.server.keys import KeyStore, KeyTable
+    from radixserve.server.tenancy.accounting import Accounting, current_key
+    from radixserve.server.tenancy.keys import KeyStore, KeyTable
     from radixserve.server.req_state import ReqState, RequestError
 
     spec = KeySpec("sk", "k", budget_tokens=1000, cache_salt="team")
@@ -143,7 +143,7 @@ def test_accounting_charges_prompts_once_and_releases_every_reservation(tmp_path
 
 def test_open_accounting_startup_errors_name_the_field(tmp_path):
     from radixserve.config import ServerConfig
-    from radixserve.server.accounting import StartupError, open_accounting
+    from radixserve.server.tenancy.accounting import StartupError, open_accounting
 
     good = tmp_path / "keys.toml"
     good.write_text('[[keys]]\nkey = "sk"\nname = "k"\n')

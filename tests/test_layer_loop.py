@@ -10,7 +10,7 @@ from conftest import make_engine
 from radixserve.kernels import cpu_native
 from radixserve.model import layer_loop, layer_stack, packed_linear
 from radixserve.worker import model_runner
-from radixserve.worker.numerics_choice import Numerics
+from radixserve.worker.tuning.numerics_choice import Numerics
 
 pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: the module path is the only one")
 

@@ -1,5 +1,5 @@
 """``dtype="auto"`` and ``quantization="auto"`` on the CPU are chosen by measurement
-(radixserve/worker/kernel_timing.py, numerics_choice.py, quant_accuracy.py): the fastest path on
+(radixserve/worker/tuning/kernel_timing.py, numerics_choice.py, quant_accuracy.py): the fastest path on
 the model's shapes whose accuracy bar holds, cached per machine, overridden by explicit settings.
 Timers and accuracy checks are injected, so these tests check the logic, never the speed."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from radixserve.config import ModelConfig
-from radixserve.worker import quant_accuracy
-from radixserve.worker.kernel_timing import DENSE, PACKED, PATHS, cache_key, linear_shapes, measured_timings, \
+from radixserve.worker.tuning import quant_accuracy
+from radixserve.worker.tuning.kernel_timing import DENSE, PACKED, PATHS, cache_key, linear_shapes, measured_timings, \
     packed_paths, time_path
-from radixserve.worker.numerics_choice import Numerics, candidates, choose, dense_kernel, resolve_numerics
+from radixserve.worker.tuning.numerics_choice import Numerics, candidates, choose, dense_kernel, resolve_numerics
 
 SHAPES = ((8, 16), (16, 8))
 MS = (1, 64, 1024)

@@ -54,5 +54,5 @@ def test_wheel_ships_the_cpu_kernel_source(tmp_path):
         rel = init.relative_to(root).as_posix()
         assert rel in names, f"{rel} is not in the wheel: add its package to pyproject.toml"
     # the cache inspector's page is package data too (served from the installed package)
-    assert {f"radixserve/server/dashboard/{f}" for f in ("dashboard.html", "dashboard.css", "dashboard.js",
+    assert {f"radixserve/server/inspector/dashboard/{f}" for f in ("dashboard.html", "dashboard.css", "dashboard.js",
                                                           "charts.js", "icicle.js", "tree_view.js")} <= set(names)

@@ -13,7 +13,7 @@ from radixserve.model import calibration, loader, packed_linear
 from radixserve.model.packed_linear import PackedLinear, pack_linears
 from radixserve.model.quant import QuantLinear
 from radixserve.worker import model_runner
-from radixserve.worker.numerics_choice import Numerics
+from radixserve.worker.tuning.numerics_choice import Numerics
 
 pytestmark = pytest.mark.skipif(not packed_linear.available(torch.bfloat16),
                                 reason="this torch build has no oneDNN packed linear")

@@ -14,9 +14,9 @@ from radixserve.mem_cache.hot_prefixes import select_hot
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.scheduler.cache_persist import CachePersister
 from radixserve.scheduler.kv_manager import KVManager
-from radixserve.worker import prefix_file
-from radixserve.worker.prefix_file import PrefixFileError, read_prefix_file, write_prefix_file
-from radixserve.worker.prefix_store import FILE_NAME, PrefixStore
+from radixserve.worker.persist import file_format as prefix_file
+from radixserve.worker.persist.file_format import PrefixFileError, read_prefix_file, write_prefix_file
+from radixserve.worker.persist.store import FILE_NAME, PrefixStore
 
 LAYERS, HEADS, DIM = 2, 2, 4
 

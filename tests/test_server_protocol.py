@@ -2,7 +2,7 @@
 field."""
 from __future__ import annotations
 
-from radixserve.server.protocol import validation_message
+from radixserve.validation import validation_message
 
 
 def test_validation_message_names_the_field():

@@ -123,7 +123,7 @@ def test_auto_parses_calls_streamed_and_not(oai):
 def test_tool_result_round_trip(oai, smol_dir, required_t0):
     from transformers import AutoTokenizer
 
-    from radixserve.server.tool_prompt import hermes_messages
+    from radixserve.tools.prompt import hermes_messages
 
     msg = required_t0.choices[0].message
     call = msg.tool_calls[0]

@@ -68,7 +68,7 @@ def test_greedy_equivalence_with_hf(smol_dir, hf_refs, chunk):
 def test_bf16_next_token_agreement(smol_dir, smol_hf, hf_refs, quantization, bar):
     """Teacher-forced next-token argmax agreement with HF fp32, reported for every path.  bf16
     must reach 97% (``auto`` may always pick it).  int8 and w8a8 must reach 97% or else be
-    refused by ``auto``'s own accuracy check (worker/quant_accuracy.py, measured afresh here);
+    refused by ``auto``'s own accuracy check (worker/tuning/quant_accuracy.py, measured afresh here);
     int4's rate must pass a loose sanity bound (``auto`` checks it the same way)."""
     eng = make_engine(smol_dir, dtype="bfloat16", quantization=quantization, max_total_tokens=6000)
     assert eng.runner.numerics.quantization == quantization
@@ -92,7 +92,7 @@ def test_bf16_next_token_agreement(smol_dir, smol_hf, hf_refs, quantization, bar
     print(f"bf16 + {quantization}: argmax agreement {rate:.4f} over {total} positions; max logprob error {max_err:.4f}")
     if quantization in ("int8", "w8a8") and rate < bar:
         from radixserve.model import loader
-        from radixserve.worker import quant_accuracy
+        from radixserve.worker.tuning import quant_accuracy
 
         check, n = quant_accuracy.measure_agreement(smol_dir, loader.load_config(smol_dir), quantization)
         assert not quant_accuracy.passes(check, n), f"{quantization} is below 97% here but auto would offer it"

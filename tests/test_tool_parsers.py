@@ -10,12 +10,12 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from radixserve.server.json_scan import DONE, INVALID, PARTIAL, scan_call, scan_calls
-from radixserve.server.tool_parsers import detect_format, make_parser
-from radixserve.server.tool_prompt import hermes_messages
-from radixserve.server.tool_protocol import NamedToolChoice
-from radixserve.server.tool_spec import check_tools, plan_tools
-from radixserve.server.tool_stream import ToolCallStream, finish_reason
+from radixserve.tools.json_scan import DONE, INVALID, PARTIAL, scan_call, scan_calls
+from radixserve.tools.parsers import detect_format, make_parser
+from radixserve.tools.prompt import hermes_messages
+from radixserve.tools.protocol import NamedToolChoice
+from radixserve.tools.spec import check_tools, plan_tools
+from radixserve.tools.stream import ToolCallStream, finish_reason
 
 W = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

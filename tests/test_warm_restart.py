@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from radixserve.worker.prefix_file import read_prefix_file
-from radixserve.worker.prefix_store import FILE_NAME
+from radixserve.worker.persist.file_format import read_prefix_file
+from radixserve.worker.persist.store import FILE_NAME
 from server_harness import ServerHandle
 
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}

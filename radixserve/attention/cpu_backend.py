@@ -16,7 +16,7 @@ machine 16 groups x 512 query tokens x 512 prefix keys took 16 ms per layer agai
 in the kernel's fp32 tiles (bf16; fp32 42 ms).  A prompt's own causal block with nothing
 cached goes there as well, except over a bf16 pool where the kernel runs AMX blocks: those
 are faster than flash attention for such blocks.  That is the default ``DenseRule``; the
-model runner passes the one ``worker/attention_timing.py`` measured on the machine at hand
+model runner passes the one ``worker/tuning/attention_timing.py`` measured on the machine at hand
 (on an AMD Zen 4 the kernel won both kinds of block in bf16).
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ class DenseRule:
     least ``shared_min_rows`` query rows per KV head, a prompt's own causal block with at least
     ``causal_min_rows`` (0 in either: never).  ``bf16_dot``: over a bf16 pool, the kernel's
     blocks that do not run on AMX use AVX512-BF16 dot products (``attention_bf16_dot``; a
-    process-wide setting, applied when the backend is made).  ``worker/attention_timing.py``
+    process-wide setting, applied when the backend is made).  ``worker/tuning/attention_timing.py``
     measures all three per machine."""
 
     shared_min_rows: int = DENSE_MIN_ROWS

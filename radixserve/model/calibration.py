@@ -3,7 +3,7 @@
 Two fixed sets of texts, tokenized with the model's own tokenizer: ``FIT`` (~300 tokens with
 SmolLM2's tokenizer) is what the input-channel scales of ``model/quant.py`` are searched on;
 ``CHECK`` (~1,300 tokens; chat turns, prose, code, a how-to, notes, a config, numbers) is what
-``worker/quant_accuracy.py`` measures agreement on, so a method is never checked on the text
+``worker/tuning/quant_accuracy.py`` measures agreement on, so a method is never checked on the text
 its scales were fitted to.  ``CALIBRATION_VERSION`` is part of every cache key built on them.
 
 Scales are searched once per (model, method) on the fp32 model (forward hooks see each linear

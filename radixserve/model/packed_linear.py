@@ -8,7 +8,7 @@ blocked layout inside every call; at decode-sized row counts that reorder is mos
 (Intel Xeon with AMX, 2 threads, SmolLM2's four decoder shapes, bf16): 269 -> 125 us at M = 1,
 421 -> 286 us at M = 64, 965 -> 712 us at M = 256, equal at M = 1024; in fp32 it was no faster.
 So whether a model packs its dense weights is measured like every other kernel choice
-(``worker/kernel_timing.py``: paths "float32+packed" and "bfloat16+packed").
+(``worker/tuning/kernel_timing.py``: paths "float32+packed" and "bfloat16+packed").
 
 Contract: ``PackedLinear(weight, bias)(x)`` takes ``x [..., K]`` in the weight's dtype and returns
 ``F.linear(x, weight, bias)`` up to the GEMM's summation order.  The packed weight is an opaque

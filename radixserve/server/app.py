@@ -20,17 +20,17 @@ from radixserve.config import EngineConfig, ServerConfig
 from radixserve.sampling_params import MAX_CACHE_SALT_LEN
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
-from radixserve.server.cache_inspector import DASHBOARD_PATHS, inspector_router
-from radixserve.server.key_auth import KeyAuthMiddleware
-from radixserve.server.keys import KeyStore
-from radixserve.server.openai_api import openai_router
+from radixserve.server.inspector.routes import DASHBOARD_PATHS, inspector_router
+from radixserve.server.tenancy.key_auth import KeyAuthMiddleware
+from radixserve.server.tenancy.keys import KeyStore
+from radixserve.server.openai.routes import openai_router
 from radixserve.server.openapi_doc import body_doc, install_openapi
-from radixserve.server.openai_embeddings import embeddings_router
-from radixserve.server.openai_chat import chat_router
+from radixserve.server.openai.embeddings import embeddings_router
+from radixserve.server.openai.chat import chat_router
 from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
 from radixserve.server.req_state import RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
-from radixserve.server.usage_api import usage_router
+from radixserve.server.tenancy.usage_api import usage_router
 
 
 class TokenizeReqInput(BaseModel):

@@ -15,7 +15,7 @@ import time
 
 from radixserve.config import EngineConfig
 from radixserve.proc import configure_logging
-from radixserve.worker.tp_group import RankProcs, start_followers
+from radixserve.worker.tp.group import RankProcs, start_followers
 
 logger = logging.getLogger("radixserve.node")
 

@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from radixserve.server.protocol import validation_message
+from radixserve.validation import validation_message
 from radixserve.server.req_state import RequestError
 
 M = TypeVar("M", bound=BaseModel)

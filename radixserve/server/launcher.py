@@ -68,7 +68,7 @@ class Launcher:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        from radixserve.worker.tp_group import start_followers
+        from radixserve.worker.tp.group import start_followers
 
         for name, (p, conn) in start_followers(self.cfg, self.log_level, os.getpid()).items():
             self.procs[name], self.conns[name] = p, conn
@@ -156,9 +156,9 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     import uvicorn
 
     from radixserve.tokenizer import load_light_tokenizer
-    from radixserve.server.accounting import Accounting, StartupError, open_accounting
+    from radixserve.server.tenancy.accounting import Accounting, StartupError, open_accounting
     from radixserve.server.app import ServerContext, create_app
-    from radixserve.server.budget import Ledger
+    from radixserve.server.tenancy.budget import Ledger
     from radixserve.server.tokenizer_manager import TokenizerManager
 
     configure_logging(server_cfg.log_level, "server")
@@ -187,7 +187,7 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         if usage_db is not None:
             usage_db.close()
         return serve_ranks(cfg, server_cfg.log_level)
-    from radixserve.worker.tp_group import with_rendezvous
+    from radixserve.worker.tp.group import with_rendezvous
 
     launcher = Launcher(with_rendezvous(cfg), server_cfg.log_level)
     try:

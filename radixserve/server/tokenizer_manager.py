@@ -27,8 +27,8 @@ from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, send_obj
 from radixserve.metrics import Metrics
 from radixserve.request_builder import Limits, RequestBuilder
-from radixserve.server.accounting import Accounting
-from radixserve.server.chat_encoder import ChatEncoder
+from radixserve.server.tenancy.accounting import Accounting
+from radixserve.server.openai.chat_encoder import ChatEncoder
 from radixserve.server.req_state import ReqState, RequestError
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class TokenizerManager:
         self.healthy = True
         self.dead_reason: Optional[str] = None
         self._token_texts: dict[int, str] = {}
-        self.accounting: Optional[Accounting] = None  # per-key budgets and usage (server/accounting.py)
+        self.accounting: Optional[Accounting] = None  # per-key budgets and usage (server/tenancy/accounting.py)
 
     # ------------------------------------------------------------------ input
     def encode(self, text: str) -> list[int]:

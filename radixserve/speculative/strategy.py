@@ -83,7 +83,7 @@ class NgramSpeculation:
 
 class DraftModelSpeculation:
     """``--speculative-algorithm draft``: ``k`` tokens for the worker's draft model to propose
-    (``worker/draft_runner.py``) whenever the request's gate is open."""
+    (``worker/spec/draft_runner.py``) whenever the request's gate is open."""
 
     drafts_in_worker = True
 

@@ -15,7 +15,7 @@ from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.model import loader
 from radixserve.utils import tune_malloc
 from radixserve.worker.model_runner import ModelRunner, set_threads
-from radixserve.worker.prefix_store import PrefixStore, fingerprint
+from radixserve.worker.persist.store import PrefixStore, fingerprint
 
 logger = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
-from radixserve.worker import attention_timing
-from radixserve.worker.numerics_choice import resolve_numerics
+from radixserve.worker.tuning import attention_timing
+from radixserve.worker.tuning.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
-from radixserve.worker.draft_runner import DraftRunner, NoDraft
-from radixserve.worker.spec_verify import verify_drafts
+from radixserve.worker.spec.draft_runner import DraftRunner, NoDraft
+from radixserve.worker.spec.verify import verify_drafts
 
 logger = logging.getLogger(__name__)
 

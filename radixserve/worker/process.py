@@ -7,7 +7,7 @@ keeps serving; the scheduler fails the requests of that step).  With ``cache_per
 ``KVSaveReq``/``KVRestoreReq`` (``ipc/persist_link.py``) are answered the same way, between steps.
 
 With ``tp_size > 1`` this process is rank 0 of the tensor-parallel group: it broadcasts each
-plan to the other ranks (``worker/tp_follower.py``) before stepping it, and a keep-alive
+plan to the other ranks (``worker/tp/follower.py``) before stepping it, and a keep-alive
 after every ``KEEPALIVE_S`` idle seconds, so that a dead rank is noticed while idle too; a
 failed collective (``PeerLost``) ends this process with exit code 1, which takes the
 server down as any dead worker does.  (Warm restart is refused with tp_size > 1.)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Optional
 
-from radixserve.server.tool_parsers import ToolParser
+from radixserve.tools.parsers import ToolParser
 
 
 def new_call_id() -> str:

@@ -21,7 +21,7 @@ from radixserve.config import EngineConfig
 from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs
 from radixserve.worker.remote import RemoteWorker
-from radixserve.worker.tp_group import RankProcs, start_followers, start_worker, with_rendezvous
+from radixserve.worker.tp.group import RankProcs, start_followers, start_worker, with_rendezvous
 
 STARTUP_GRACE_S = 600.0  # loading, on top of the rendezvous timeout
 

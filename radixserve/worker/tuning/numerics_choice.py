@@ -40,8 +40,8 @@ import torch
 from radixserve.config import ModelConfig
 from radixserve.model import loader
 from radixserve.model.quant import METHODS
-from radixserve.worker import quant_accuracy
-from radixserve.worker.kernel_timing import COLD_MAX_M, DENSE, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
+from radixserve.worker.tuning import quant_accuracy
+from radixserve.worker.tuning.kernel_timing import COLD_MAX_M, DENSE, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
     linear_shapes, measured_timings, packed_paths, time_path
 
 logger = logging.getLogger(__name__)

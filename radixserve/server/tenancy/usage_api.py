@@ -11,8 +11,8 @@ from typing import Any, Optional
 
 from fastapi import APIRouter
 
-from radixserve.server.accounting import current_key
-from radixserve.server.keys import PERIODS
+from radixserve.server.tenancy.accounting import current_key
+from radixserve.server.tenancy.keys import PERIODS
 from radixserve.server.req_state import RequestError
 
 

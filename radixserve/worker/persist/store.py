@@ -24,7 +24,7 @@ import torch
 
 from radixserve.ipc.persist_link import KVRestoreReply, KVRestoreReq, KVSaveReply, KVSaveReq, PersistNode
 from radixserve.mem_cache.kv_pool import KVPool
-from radixserve.worker.prefix_file import PrefixFileError, read_prefix_file, write_prefix_file
+from radixserve.worker.persist.file_format import PrefixFileError, read_prefix_file, write_prefix_file
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixserve.server.accounting import current_key
+from radixserve.server.tenancy.accounting import current_key
 from radixserve.server.http_utils import error_response
-from radixserve.server.keys import KeyStore
+from radixserve.server.tenancy.keys import KeyStore
 
 
 class KeyAuthMiddleware:

@@ -15,8 +15,8 @@ import threading
 from typing import Any, Optional
 
 from radixserve.server.req_state import RequestError
-from radixserve.server.tool_parsers import detect_format
-from radixserve.server.tool_prompt import hermes_messages, hf_messages
+from radixserve.tools.parsers import detect_format
+from radixserve.tools.prompt import hermes_messages, hf_messages
 
 
 class ChatEncoder:

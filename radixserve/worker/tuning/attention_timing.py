@@ -29,8 +29,8 @@ from radixserve.attention.cpu_backend import CpuBackend, DenseRule
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.model import loader
-from radixserve.worker import json_cache
-from radixserve.worker.kernel_timing import cpu_signature
+from radixserve.worker.tuning import json_cache
+from radixserve.worker.tuning.kernel_timing import cpu_signature
 
 logger = logging.getLogger(__name__)
 

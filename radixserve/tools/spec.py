@@ -23,8 +23,8 @@ from typing import Any, Optional, Union
 
 from pydantic import TypeAdapter, ValidationError
 
-from radixserve.server.protocol import validation_message
-from radixserve.server.tool_protocol import NamedToolChoice, ToolDef
+from radixserve.validation import validation_message
+from radixserve.tools.protocol import NamedToolChoice, ToolDef
 
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 _TOOLS = TypeAdapter(list[ToolDef])

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from radixserve.model import calibration, loader, quant
-from radixserve.worker import json_cache
+from radixserve.worker.tuning import json_cache
 
 logger = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from typing import Optional
 from radixserve.config import ServerConfig
 from radixserve.ipc.server_link import TokenizedRequest
 from radixserve.metrics import Metrics
-from radixserve.server.budget import Ledger, LimitExceeded
-from radixserve.server.keys import KeySpec, KeysFileError, KeyStore, load_keys
+from radixserve.server.tenancy.budget import Ledger, LimitExceeded
+from radixserve.server.tenancy.keys import KeySpec, KeysFileError, KeyStore, load_keys
 from radixserve.server.req_state import ReqState, RequestError
-from radixserve.server.usage_db import UsageDB
+from radixserve.server.tenancy.usage_db import UsageDB
 
 logger = logging.getLogger(__name__)
 

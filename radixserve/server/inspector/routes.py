@@ -20,8 +20,8 @@ from typing import Any, Callable
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from radixserve.server.accounting import current_key
-from radixserve.server.inspector_models import ERROR_RESPONSES, CacheStatsReply, CacheTree
+from radixserve.server.tenancy.accounting import current_key
+from radixserve.server.inspector.models import ERROR_RESPONSES, CacheStatsReply, CacheTree
 from radixserve.server.req_state import RequestError
 
 ASSETS = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8",
@@ -36,7 +36,7 @@ MAX_DEPTH, MAX_NODES = 64, 2000
 
 
 def _asset(name: str) -> bytes:
-    return (resources.files("radixserve.server") / "dashboard" / name).read_bytes()
+    return (resources.files("radixserve.server.inspector") / "dashboard" / name).read_bytes()
 
 
 def add_previews(root: dict[str, Any], decode: Callable[[list[int]], str], enabled: bool) -> None:

@@ -18,7 +18,7 @@ from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
 from radixserve.server.openapi_doc import body_doc
-from radixserve.server.openai_completion_view import CompletionView, prompt_texts
+from radixserve.server.openai.completion_view import CompletionView, prompt_texts
 from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, CompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from radixserve.server.json_scan import DONE, INVALID, PARTIAL, CallText, scan_call, scan_calls, skip_ws
+from radixserve.tools.json_scan import DONE, INVALID, PARTIAL, CallText, scan_call, scan_calls, skip_ws
 
 FORMATS = ("hermes", "llama3", "mistral", "json")
 PYTHON_TAG = "<|python_tag|>"

@@ -2,7 +2,7 @@
 server process uses this module).
 
 ``with_rendezvous(cfg)`` fills in a free loopback ``dist_init_addr`` for a one-node group.
-``start_followers`` spawns this node's ranks other than 0 (``worker/tp_follower.py``); each
+``start_followers`` spawns this node's ranks other than 0 (``worker/tp/follower.py``); each
 reports its rank on its pipe once loaded.  ``RankProcs`` waits for and watches such a set of
 processes (the node-1 launcher and the in-process Engine use it; the HTTP launcher keeps
 them in its own table).
@@ -18,7 +18,7 @@ from radixserve.config import EngineConfig
 
 
 def _follower_entry(*args: Any) -> None:
-    from radixserve.worker.tp_follower import run_follower
+    from radixserve.worker.tp.follower import run_follower
     run_follower(*args)
 
 

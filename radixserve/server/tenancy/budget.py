@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterable
 
-from radixserve.server.keys import KeySpec
-from radixserve.server.usage_db import UsageDB, iso
+from radixserve.server.tenancy.keys import KeySpec
+from radixserve.server.tenancy.usage_db import UsageDB, iso
 
 RECORDED_PERIODS = ("day", "month")  # always recorded, besides each key's own period
 

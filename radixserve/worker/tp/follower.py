@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 
 def run_follower(cfg: EngineConfig, log_level: str, rank: int, ready_conn, parent_pid: int) -> None:
-    """Process entry point (spawned by ``worker/tp_group.py``)."""
+    """Process entry point (spawned by ``worker/tp/group.py``)."""
     setup_child(f"tp{rank}", log_level, parent_pid)
     from radixserve.parallel.group import PeerLost
     from radixserve.parallel.init import join

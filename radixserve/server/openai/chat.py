@@ -21,13 +21,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
-from radixserve.server.openai_api import ChunkStream, _openai_names, finish_str, sampling_dict, usage
+from radixserve.server.openai.routes import ChunkStream, _openai_names, finish_str, sampling_dict, usage
 from radixserve.server.openapi_doc import body_doc
 from radixserve.server.protocol import ChatCompletionRequest
 from radixserve.server.req_state import ReqState, RequestError
-from radixserve.server.tool_parsers import HermesParser, ToolParser, make_parser
-from radixserve.server.tool_spec import ToolPlan, plan_tools, tool_schema_for_check
-from radixserve.server.tool_stream import ToolCallStream, finish_reason
+from radixserve.tools.parsers import HermesParser, ToolParser, make_parser
+from radixserve.tools.spec import ToolPlan, plan_tools, tool_schema_for_check
+from radixserve.tools.stream import ToolCallStream, finish_reason
 
 
 def message_dicts(req: ChatCompletionRequest) -> list[dict[str, Any]]:

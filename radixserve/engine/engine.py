@@ -18,7 +18,7 @@ block) stops the driver; it also stops when the Engine is garbage-collected.  Wi
 ``shutdown()`` (or ``persist_cache()``); the interval writer is the server's only.
 
 Tensor parallelism (``tp_size > 1``): the model runs in child processes, one per rank
-(``worker/group_worker.py``; rank 0 broadcasts each plan and returns the results), and
+(``worker/tp/group_worker.py``; rank 0 broadcasts each plan and returns the results), and
 ``runner`` is the ``RemoteWorker`` that talks to rank 0; ``shutdown`` stops them.  The
 scheduler and everything above it are the same as with one rank.
 """
@@ -33,7 +33,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Optional, TypeVar, Un
 
 from radixserve.config import EngineConfig
 from radixserve.embedding import finalize
-from radixserve.engine_driver import EngineDriver
+from radixserve.engine.driver import EngineDriver
 from radixserve.output_state import OutputState
 from radixserve.request_builder import Limits, RequestBuilder
 from radixserve.sampling_params import SamplingParams
@@ -82,7 +82,7 @@ class Engine:
                  config: Optional[EngineConfig] = None, **kwargs: Any) -> None:
         self.config = config or EngineConfig.from_kwargs(model, **kwargs)
         if self.config.parallel.tp_size > 1:
-            from radixserve.worker.group_worker import start_group
+            from radixserve.worker.tp.group_worker import start_group
 
             self.runner, self.info = start_group(self.config)
         else:

@@ -29,7 +29,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Optional
 
-from radixserve.engine_groups import GroupTracker, OnUpdate, Group, settle
+from radixserve.engine.groups import GroupTracker, OnUpdate, Group, settle
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler
 

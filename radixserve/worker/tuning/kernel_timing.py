@@ -30,7 +30,7 @@ from radixserve.kernels import cpu_native
 from radixserve.model import packed_linear
 from radixserve.model.packed_linear import PackedLinear
 from radixserve.model.quant import FORMAT_VERSION, METHODS, QuantLinear, supports
-from radixserve.worker import json_cache
+from radixserve.worker.tuning import json_cache
 
 PROBE_M = (1, 2, 4, 8, 16, 64, 256, 1024)  # decode batches ... prefill chunks
 COLD_MAX_M = 64  # up to here weights are timed cold (see time_path)
