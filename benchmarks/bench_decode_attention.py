@@ -5,8 +5,8 @@ at random over the pool, slot 0 reserved), timed per ``backend.forward`` call (K
 + attention of one layer) with CUDA events after a warm-up; ``init_forward_metadata``
 (once per step, shared by all layers) is timed separately.  CUDA only.
 
-    python benchmarks/bench_decode_attention.py                 # batch 64, context 2048
-    python benchmarks/bench_decode_attention.py --json out.json --backends triton,flashinfer
+    python -m benchmarks.bench_decode_attention                 # batch 64, context 2048
+    python -m benchmarks.bench_decode_attention --json out.json --backends triton,flashinfer
 """
 from __future__ import annotations
 

@@ -15,12 +15,11 @@ server this script launches, once as configured and once with ``--disable-radix-
 For each run it prints the wall time, throughput (programs/s) and the prefix-cache hit
 rate (cached / prompt tokens, from the server's Prometheus counters), then the speedup.
 
-    .venv/bin/python benchmarks/bench_frontend.py --json-out benchmarks/results/frontend.json
+    .venv/bin/python -m benchmarks.bench_frontend --json-out benchmarks/results/frontend.json
 """
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import socket
@@ -30,11 +29,10 @@ import time
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import iter_json_array, sharegpt_path  # noqa: E402
-from report import write_json  # noqa: E402
+from benchmarks.workloads import iter_json_array, sharegpt_path
+from benchmarks.report import write_json
 
-from frontend_lang import RuntimeEndpoint, assistant, function, gen, select, system, user  # noqa: E402
+from frontend_lang import RuntimeEndpoint, assistant, function, gen, select, system, user
 
 
 # ---------------------------------------------------------------------- data

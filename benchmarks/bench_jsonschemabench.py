@@ -19,7 +19,7 @@ The data are read from ``--data``: a checkout (``<dir>/data/<Subset>/*.json``) o
 git mirror (read with ``git cat-file``); nothing is fetched.  Without it the script says
 so and exits 0.
 
-    .venv/bin/python benchmarks/bench_jsonschemabench.py --json-out benchmarks/results/jsonschemabench.json
+    .venv/bin/python -m benchmarks.bench_jsonschemabench --json-out benchmarks/results/jsonschemabench.json
 """
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ from typing import Optional
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import write_json  # noqa: E402
+from benchmarks.report import write_json
 
 MIRROR = "/work/.mirror/guidance-ai+jsonschemabench/repo"
 SUBSETS = ["Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra", "Glaiveai2K",

@@ -9,7 +9,7 @@ the answer (checked token by token against the chat logprobs' token texts; only 
 agreeing part counts), so ``expected`` counts exactly the tokens the chat template renders
 identically.
 
-    .venv/bin/python benchmarks/bench_multiturn.py --url http://127.0.0.1:30000 [--model-dir DIR]
+    .venv/bin/python -m benchmarks.bench_multiturn --url http://127.0.0.1:30000 [--model-dir DIR]
 """
 from __future__ import annotations
 

@@ -17,10 +17,10 @@ linearly to the whole workload; the output says so and ``--json-out`` records it
 
 Run from the repository root (the default model is SmolLM2-135M-Instruct):
 
-    .venv/bin/python benchmarks/bench_offline.py                       # full run + HF baseline
-    .venv/bin/python benchmarks/bench_offline.py --disable-radix-cache --no-hf-baseline
-    .venv/bin/python benchmarks/bench_offline.py --no-hf-baseline --quantization int4
-    .venv/bin/python benchmarks/bench_offline.py --groups 2 --prompts-per-group 2 \\
+    .venv/bin/python -m benchmarks.bench_offline                       # full run + HF baseline
+    .venv/bin/python -m benchmarks.bench_offline --disable-radix-cache --no-hf-baseline
+    .venv/bin/python -m benchmarks.bench_offline --no-hf-baseline --quantization int4
+    .venv/bin/python -m benchmarks.bench_offline --groups 2 --prompts-per-group 2 \\
         --system-len 64 --question-len 16 --output-len 8 --hf-max-batches 1   # smoke test
 """
 from __future__ import annotations
@@ -28,17 +28,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import sys
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_baseline import HFPeer  # noqa: E402
-from peer_runners.common import batch_workload  # noqa: E402
-from radix_peer import RadixPeer  # noqa: E402
-from workloads import add_shared_prefix_args, random_prompts, shared_prefix_prompts  # noqa: E402
+from benchmarks.hf_baseline import HFPeer
+from benchmarks.peer_runners.common import batch_workload
+from benchmarks.radix_peer import RadixPeer
+from benchmarks.workloads import add_shared_prefix_args, random_prompts, shared_prefix_prompts
 
-from radixserve import Engine  # noqa: E402
+from radixserve import Engine
 
 
 def parse_args() -> argparse.Namespace:

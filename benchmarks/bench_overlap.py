@@ -16,21 +16,18 @@ step lets both kinds see the same background load.  Overlap pays when such a ste
 less than the serial worker step + scheduler share; on a machine whose cores the worker's
 OpenMP threads already use, the concurrent work slows the worker instead.
 
-    .venv/bin/python benchmarks/bench_overlap.py --batch 1 64
+    .venv/bin/python -m benchmarks.bench_overlap --batch 1 64
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import pickle
 import statistics
-import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import write_json  # noqa: E402
+from benchmarks.report import write_json
 
 
 def spinner(conn) -> None:

@@ -12,8 +12,8 @@ Then the roofline of radixserve's shared-prefix run (roofline.py) and the bytes/
 single-stream decode.  radixserve runs in this process (``radixserve.Engine``), HF too;
 llama.cpp and vLLM run as subprocesses under their own Python (peer_procs.py).
 
-    .venv/bin/python benchmarks/bench_peers.py --json-out benchmarks/results/peers.json
-    .venv/bin/python benchmarks/bench_peers.py --groups 2 --prompts-per-group 2 --sharegpt-n 4 \\
+    .venv/bin/python -m benchmarks.bench_peers --json-out benchmarks/results/peers.json
+    .venv/bin/python -m benchmarks.bench_peers --groups 2 --prompts-per-group 2 --sharegpt-n 4 \\
         --sharegpt-max-output 16 --single-repeats 1 --hf-max-batches 1 --vllm-dtypes float32   # smoke
 """
 from __future__ import annotations
@@ -23,17 +23,15 @@ import gc
 import json
 import os
 import random
-import sys
 from typing import Any, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_procs import LLAMA, VLLM, PeerSpec, find_python, run_peer  # noqa: E402
-from peer_runners.common import run_job  # noqa: E402
-from peers_report import (machine, print_bandwidth, print_gemm, print_ratios, print_roofline,  # noqa: E402
+from benchmarks.peer_procs import LLAMA, VLLM, PeerSpec, find_python, run_peer
+from benchmarks.peer_runners.common import run_job
+from benchmarks.peers_report import (machine, print_bandwidth, print_gemm, print_ratios, print_roofline,
                           print_table)
-from report import write_json  # noqa: E402
-from roofline import decode_bandwidth, decode_weight_bytes, gemm_rates, shared_prefix_roofline  # noqa: E402
-from workloads import add_shared_prefix_args, random_prompts, sample_sharegpt, shared_prefix_prompts  # noqa: E402
+from benchmarks.report import write_json
+from benchmarks.roofline import decode_bandwidth, decode_weight_bytes, gemm_rates, shared_prefix_roofline
+from benchmarks.workloads import add_shared_prefix_args, random_prompts, sample_sharegpt, shared_prefix_prompts
 
 WORKLOADS = ("single", "shared", "sharegpt")
 
@@ -128,7 +126,7 @@ def pool_tokens(job: dict[str, Any], shared: bool) -> int:
 
 def run_radixserve(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
     from radixserve import Engine
-    from radix_peer import RadixPeer
+    from benchmarks.radix_peer import RadixPeer
 
     extra = parse_kv(args.engine_arg)
     kwargs = {"dtype": args.dtype, **extra}
@@ -147,7 +145,7 @@ def run_radixserve(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, A
 
 
 def run_hf(args: argparse.Namespace, hf_dir: str, job: dict[str, Any]) -> dict[str, Any]:
-    from hf_baseline import HFPeer
+    from benchmarks.hf_baseline import HFPeer
 
     peer = HFPeer(hf_dir, args.hf_batch_size, args.hf_max_batches)
     res = run_job(peer, job, log=lambda s: print("  " + s.strip(), flush=True))

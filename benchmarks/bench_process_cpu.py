@@ -7,7 +7,7 @@ the HTTP server (this script's child) and its children, which name themselves ``
 ``rs-scheduler`` and ``rs-detokenizer``.  The worker should own the cores: the others
 should use a small share of the wall time.  Linux only.
 
-    .venv/bin/python benchmarks/bench_process_cpu.py --requests 32 -- --dtype float32
+    .venv/bin/python -m benchmarks.bench_process_cpu --requests 32 -- --dtype float32
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 throughput of one replica, two replicas behind the cache-aware router, and two behind
 round-robin, measured in one run on this machine.
 
-    .venv/bin/python benchmarks/bench_router.py                # SmolLM2, 8 groups x 8 prompts
-    .venv/bin/python benchmarks/bench_router.py --model DIR --groups 8 --prompts-per-group 8
+    .venv/bin/python -m benchmarks.bench_router                # SmolLM2, 8 groups x 8 prompts
+    .venv/bin/python -m benchmarks.bench_router --model DIR --groups 8 --prompts-per-group 8
 
 First one ``radixserve serve`` with every core; then two replicas with half the cores each
 (as ``serve --dp-size 2`` starts them) behind one ``radixserve router`` per policy, all on
@@ -24,8 +24,7 @@ import time
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import add_shared_prefix_args, shared_prefix_prompts  # noqa: E402
+from benchmarks.workloads import add_shared_prefix_args, shared_prefix_prompts
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 /generate endpoint): an async aiohttp client streams every request and reports throughput,
 TTFT, TPOT, ITL and the prefix-cache hit rate.
 
-    .venv/bin/python benchmarks/bench_serving.py --port 30000 --dataset sharegpt --num-prompts 200 \\
+    .venv/bin/python -m benchmarks.bench_serving --port 30000 --dataset sharegpt --num-prompts 200 \\
         --request-rate 8 --max-concurrency 32
 
 Datasets: ``sharegpt`` (the first human turn of ShareGPT conversations from the
@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +23,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import Item, sample_sharegpt  # noqa: E402
+from benchmarks.workloads import Item, sample_sharegpt
 
 
 @dataclass

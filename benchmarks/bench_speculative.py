@@ -16,8 +16,8 @@ Measures, per algorithm and workload:
 The draft model defaults to the target itself (the only small model shipped here): its
 acceptance is an upper bound and its speed a worst case.  The CPU model (lscpu) is printed.
 
-    .venv/bin/python benchmarks/bench_speculative.py                  # defaults
-    .venv/bin/python benchmarks/bench_speculative.py --single 1 --batch 2 --output-len 16 \\
+    .venv/bin/python -m benchmarks.bench_speculative                  # defaults
+    .venv/bin/python -m benchmarks.bench_speculative --single 1 --batch 2 --output-len 16 \\
         --algorithms none,ngram                                       # smoke test
 """
 from __future__ import annotations
@@ -31,8 +31,7 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import iter_json_array, sample_sharegpt, sharegpt_path  # noqa: E402
+from benchmarks.workloads import iter_json_array, sample_sharegpt, sharegpt_path
 
 
 def cpu_model() -> str:

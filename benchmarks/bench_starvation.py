@@ -18,22 +18,19 @@ Reported per policy: TTFT p50/p99 of hits and of misses, the hit rate (cached / 
 and the two targets of the bounded policy: p99 TTFT of misses <= 2x FCFS's, hit rate within
 2 points of plain LPM's.
 
-    .venv/bin/python benchmarks/bench_starvation.py                      # SmolLM2, defaults
-    .venv/bin/python benchmarks/bench_starvation.py --num-requests 60 --request-rate 4   # smoke
+    .venv/bin/python -m benchmarks.bench_starvation                      # SmolLM2, defaults
+    .venv/bin/python -m benchmarks.bench_starvation --num-requests 60 --request-rate 4   # smoke
 """
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import write_json  # noqa: E402
+from benchmarks.report import write_json
 
 
 def workload(args: argparse.Namespace, vocab: int) -> tuple[list[list[int]], list[bool], list[float]]:

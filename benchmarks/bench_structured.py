@@ -24,25 +24,22 @@ default model SmolLM2-135M-Instruct, fp32 on the CPU:
    one that never loaded anything and the loaded one; after two warm-up runs, alternated
    ``--repeats`` times, median wall time of each (``--no-overhead`` skips it).
 
-    .venv/bin/python benchmarks/bench_structured.py --json-out benchmarks/results/structured.json
+    .venv/bin/python -m benchmarks.bench_structured --json-out benchmarks/results/structured.json
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from constrained_cases import REGEX_TOKENS, REGEXES, SCHEMA_TOKENS, SCHEMAS, valid  # noqa: E402
-from report import write_json  # noqa: E402
+from tests.helpers.constrained_cases import REGEX_TOKENS, REGEXES, SCHEMA_TOKENS, SCHEMAS, valid
+from benchmarks.report import write_json
 
-from radixserve import Engine  # noqa: E402
+from radixserve import Engine
 
 PEOPLE = [("Alice Martin", 34, "Paris", "engineer"), ("Bob Chen", 51, "Toronto", "teacher"),
           ("Carla Diaz", 27, "Madrid", "nurse"), ("David Okafor", 45, "Lagos", "architect"),

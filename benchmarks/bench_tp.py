@@ -6,7 +6,7 @@ request, then ``--batch`` random-token prompts of ``--prompt-len`` tokens genera
 ``time.perf_counter``.  Prints seconds, output tokens per second and whether the outputs are
 identical to the first tp size's.  The ranks of tp > 1 share this machine's cores.
 
-    .venv/bin/python benchmarks/bench_tp.py --tp-sizes 1 2
+    .venv/bin/python -m benchmarks.bench_tp --tp-sizes 1 2
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ server to the answer of the first request that reports ``cached_tokens >= system
 first request when warm, the second when cold (the first computes the prefix).  The warm
 server's load time is read from its log.  Token ids are random (``--seed``).
 
-    python benchmarks/bench_warm_restart.py                    # SmolLM2-135M, 2,000-token prompt
-    python benchmarks/bench_warm_restart.py --model DIR --system-len 300
+    python -m benchmarks.bench_warm_restart                    # SmolLM2-135M, 2,000-token prompt
+    python -m benchmarks.bench_warm_restart --model DIR --system-len 300
 """
 from __future__ import annotations
 
@@ -19,17 +19,14 @@ import argparse
 import os
 import random
 import re
-import sys
 import tempfile
 import time
 from typing import Any, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from report import write_json  # noqa: E402
-from server_harness import ServerHandle  # noqa: E402
+from benchmarks.report import write_json
+from tests.helpers.server_harness import ServerHandle
 
-from radixserve.worker.persist.store import FILE_NAME  # noqa: E402
+from radixserve.worker.persist.store import FILE_NAME
 
 _LOADED = re.compile(r"loaded (\d+) of (\d+) persisted tokens \((\d+) nodes\) in ([0-9.]+)s")
 _WRITTEN = re.compile(r"persisted (\d+) cached tokens .* in ([0-9.]+)s")

@@ -2,7 +2,7 @@
 README's screenshot (docs/img/dashboard.png), and the browser test's helpers.
 
     radixserve serve --cache-inspector-text --port 30000 &
-    .venv/bin/python benchmarks/dashboard_screenshot.py --url http://127.0.0.1:30000 --out docs/img/dashboard.png
+    .venv/bin/python -m benchmarks.dashboard_screenshot --url http://127.0.0.1:30000 --out docs/img/dashboard.png
 
 It opens /dashboard first (the page keeps its own history for the charts), sends chat requests
 from four "apps", each with its own system prompt, for ``--seconds``, and a few seconds before

@@ -1,7 +1,7 @@
 """Fuzz the HTTP server: schemathesis over its /openapi.json plus hand-written nasty requests.
 
-    python benchmarks/fuzz_server.py --requests 10000            # launches its own tiny-model server
-    python benchmarks/fuzz_server.py --url http://127.0.0.1:30000 --requests 2000 --api-key sk-...
+    python -m benchmarks.fuzz_server --requests 10000            # launches its own tiny-model server
+    python -m benchmarks.fuzz_server --url http://127.0.0.1:30000 --requests 2000 --api-key sk-...
 
 The oracle (tests/fuzz_oracle.py): no 5xx, every 4xx names the offending field, streams end
 cleanly, /health answers and every child process lives throughout, and afterwards no KV slot
@@ -14,18 +14,16 @@ time out after 5 s.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from fuzz_runner import FUZZ_SERVER_ARGS, run_fuzz  # noqa: E402
-from server_harness import ServerHandle  # noqa: E402
+from tests.helpers.fuzz_runner import FUZZ_SERVER_ARGS, run_fuzz
+from tests.helpers.server_harness import ServerHandle
 
 
 def tiny_model(tmp: str) -> str:
-    from conftest import build_tiny_llama
+    from tests.helpers.models import build_tiny_llama
     from radixserve.model.loader import resolve_hf_dir
 
     return build_tiny_llama(resolve_hf_dir(None), tmp)

@@ -2,9 +2,9 @@
 # One prepared GPU check for the attention backends (issue 6), for a CUDA machine:
 #   1. records the environment, installs what is missing (best effort: the machine may be
 #      offline, then missing optional parts are skipped, never fatal except torch+CUDA);
-#   2. runs tests/test_gpu.py (Triton backend, then FlashInfer backend, vs torch_native)
+#   2. runs tests/kernels/test_gpu.py (Triton backend, then FlashInfer backend, vs torch_native)
 #      in their own pytest processes, with TRITON_INTERPRET unset;
-#   3. runs benchmarks/bench_decode_attention.py (batch 64, context 2048).
+#   3. runs benchmarks/bench_decode_attention.py (python -m benchmarks.bench_decode_attention) (batch 64, context 2048).
 # Logs go to $OUT when set (e.g. the device tool's output folder), else to
 # benchmarks/results/gpu_check_<timestamp>/.  Exit status: 0 all tests passed, 1 a test
 # failed or timed out, 3 no usable torch/CUDA.
@@ -26,7 +26,7 @@ SUMMARY="$OUT/summary.txt"
 log() { echo "[gpu_check] $*" | tee -a "$SUMMARY"; }
 have() { (cd /tmp && "$PY" -c "import $1" >/dev/null 2>&1); }
 pip_install() { "$PY" -m pip install --quiet --disable-pip-version-check "$@" >>"$OUT/install.log" 2>&1; }
-unset TRITON_INTERPRET  # tests/test_kernels.py's interpreter mode must not leak in here
+unset TRITON_INTERPRET  # tests/kernels/test_kernels.py's interpreter mode must not leak in here
 
 {
   date
@@ -73,23 +73,23 @@ fi
 status=0
 run_tests() {  # name, -k expression, timeout seconds
   local name=$1 expr=$2 limit=$3 rc
-  timeout "$limit" "$PY" -m pytest tests/test_gpu.py -m gpu -k "$expr" -v -rs -p no:cacheprovider \
+  timeout "$limit" "$PY" -m pytest tests/kernels/test_gpu.py -m gpu -k "$expr" -v -rs -p no:cacheprovider \
     --junitxml="$OUT/test_gpu_$name.xml" >"$OUT/test_gpu_$name.log" 2>&1
   rc=$?
-  log "tests/test_gpu.py -k $expr: rc=$rc ($(tail -n 1 "$OUT/test_gpu_$name.log"))"
+  log "tests/kernels/test_gpu.py -k $expr: rc=$rc ($(tail -n 1 "$OUT/test_gpu_$name.log"))"
   [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ] || status=1  # 5: nothing collected
 }
 run_tests triton "triton" "${TEST_TIMEOUT:-300}"
 run_tests flashinfer "flashinfer" "${FLASHINFER_TEST_TIMEOUT:-${TEST_TIMEOUT:-300}}"
 # end-to-end generation on CUDA, greedy against HF transformers
-timeout "${TEST_TIMEOUT:-300}" "$PY" -m pytest tests/test_gpu_e2e.py -v -rs -p no:cacheprovider \
+timeout "${TEST_TIMEOUT:-300}" "$PY" -m pytest tests/kernels/test_gpu_e2e.py -v -rs -p no:cacheprovider \
   >"$OUT/test_gpu_e2e.log" 2>&1
 rc=$?
-log "tests/test_gpu_e2e.py: rc=$rc ($(tail -n 1 "$OUT/test_gpu_e2e.log"))"
+log "tests/kernels/test_gpu_e2e.py: rc=$rc ($(tail -n 1 "$OUT/test_gpu_e2e.log"))"
 [ "$rc" -eq 0 ] || status=1
 
 # --- 3. benchmark ------------------------------------------------------------------
-timeout "${BENCH_TIMEOUT:-180}" "$PY" benchmarks/bench_decode_attention.py --batch 64 --context 2048 \
+timeout "${BENCH_TIMEOUT:-180}" "$PY" -m benchmarks.bench_decode_attention --batch 64 --context 2048 \
   --json "$OUT/bench_decode_attention.json" >"$OUT/bench_decode_attention.txt" 2>&1
 log "bench_decode_attention: rc=$?"
 cat "$OUT/bench_decode_attention.txt" | tee -a "$SUMMARY"

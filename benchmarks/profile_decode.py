@@ -7,23 +7,20 @@ skipped; the next ``--steps`` steps, where every request computes one token, run
 the share outside every op (Python, the scheduler), and the top ops by self time, as in the
 tables of benchmarks/README.md.
 
-    .venv/bin/python benchmarks/profile_decode.py --batch 1
-    .venv/bin/python benchmarks/profile_decode.py --batch 64 --dtype auto --top 8
+    .venv/bin/python -m benchmarks.profile_decode --batch 1
+    .venv/bin/python -m benchmarks.profile_decode --batch 64 --dtype auto --top 8
 """
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import random_prompts  # noqa: E402
+from benchmarks.workloads import random_prompts
 
-from radixserve import Engine  # noqa: E402
-from radixserve.worker import model_runner  # noqa: E402
+from radixserve import Engine
+from radixserve.worker import model_runner
 
 
 def main() -> None:

@@ -15,17 +15,16 @@ defined in soak_client.py; the run passes with zero lost, zero wrong, no leaked 
 invariants OK, a server that exited non-zero after the kill and came back healthy, and (with
 ``--rss-bound-pct``) RSS growth of the first server within the bound.  Retractions under
 pressure are reported, not required: whether the pool runs dry during decode depends on the
-outputs' lengths (tests/test_memory_pressure.py forces them).
+outputs' lengths (tests/server/test_memory_pressure.py forces them).
 Every request has a deadline and the whole run stops by itself after ``--max-minutes``.
 
-    flock /tmp/rs-heavy.lock python benchmarks/soak.py --requests 2000 --concurrency 32
+    flock /tmp/rs-heavy.lock python -m benchmarks.soak --requests 2000 --concurrency 32
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import os
 import sys
 import threading
 import time
@@ -34,10 +33,9 @@ from typing import Any, Callable, Optional
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak_client import Outcome, run_request  # noqa: E402
-from soak_faults import Supervisor, kill_worker, stall_detokenizer  # noqa: E402
-from soak_mix import Spec, make_mix  # noqa: E402
+from benchmarks.soak_client import Outcome, run_request
+from benchmarks.soak_faults import Supervisor, kill_worker, stall_detokenizer
+from benchmarks.soak_mix import Spec, make_mix
 
 
 def check_server(sup: Supervisor) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import httpx
 
-from soak_mix import Spec
+from benchmarks.soak_mix import Spec
 
 CLEAN = ("ok", "aborted", "disconnected", "rejected", "queue_full", "server_down", "other_error")
 

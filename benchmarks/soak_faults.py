@@ -12,17 +12,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Optional
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from server_harness import ServerHandle  # noqa: E402  (the tests' launcher: one way to start a server)
+from tests.helpers.server_harness import ServerHandle  # the tests' launcher: one way to start a server
 
 
 def tree_pids(root: int) -> list[int]:

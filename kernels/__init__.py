@@ -2,7 +2,7 @@
 
 * Triton kernels (``decode_attention``, ``extend_attention``, ``kv_store``): importing them
   requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU tensors (that is how
-  tests/test_kernels.py checks them).
+  tests/kernels/test_kernels.py checks them).
 * ``cpu_native``: the native C++ CPU kernel, compiled on first use (no triton needed).
 
 Importable as ``radixserve.kernels`` (pyproject maps this folder there).  With the

@@ -119,3 +119,14 @@ def runner_main(make_peer: Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]
     results = run_job(peer, job, log=log)
     with open(out_path, "w") as f:
         json.dump({"info": info, **results}, f)
+
+
+def reused_prefix(cached: list[int], prompt: list[int]) -> int:
+    """How many prompt tokens ``Llama.generate`` takes from its KV instead of computing them:
+    the longest common prefix, one less when it covers the whole prompt (that token is replayed)."""
+    n = 0
+    for a, b in zip(cached, prompt):
+        if a != b:
+            break
+        n += 1
+    return n - 1 if n == len(prompt) else n

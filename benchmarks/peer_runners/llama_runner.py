@@ -17,23 +17,9 @@ the same speed sequentially, 1.44x on the batched shared-prefix workload, 712 vs
 """
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import batches, longest_request, runner_main  # noqa: E402
-
-
-def reused_prefix(cached: list[int], prompt: list[int]) -> int:
-    """How many prompt tokens ``Llama.generate`` takes from its KV instead of computing them:
-    the longest common prefix, one less when it covers the whole prompt (that token is replayed)."""
-    n = 0
-    for a, b in zip(cached, prompt):
-        if a != b:
-            break
-        n += 1
-    return n - 1 if n == len(prompt) else n
+from common import batches, longest_request, reused_prefix, runner_main
 
 
 class LlamaCppPeer:

@@ -24,8 +24,7 @@ import os
 import sys
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import longest_request, runner_main  # noqa: E402
+from common import longest_request, runner_main
 
 ENV_DEFAULTS = {"VLLM_CPU_OMP_THREADS_BIND": "0,1", "VLLM_CPU_KVCACHE_SPACE": "4",
                 "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

@@ -5,7 +5,7 @@ layer, each ~1-3 us of argument parsing and dispatch, plus the loop itself); at 
 Python was ~1 ms of a ~9.5 ms decode step on the development machine.  A ``LayerStack`` holds
 the model's per-layer weights as its linear layers will run them at this step's row count,
 and its ``run`` makes the same op calls in C++: same ops, same order, same buffers, so the
-results are bit-identical to ``run_layers``'s (tests/test_layer_loop.py).
+results are bit-identical to ``run_layers``'s (tests/core/test_layer_loop.py).
 
 ``run(model, x, batch, backend)`` returns ``run_layers``'s result, or None when the stack does
 not apply (the caller then runs ``run_layers``): the native library lacks it, the backend's

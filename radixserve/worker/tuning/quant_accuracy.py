@@ -10,7 +10,7 @@ agreement is the share of positions whose argmax is the same, and the bar holds 
 lower end of its one-sided 95% Wilson interval is at least ``BAR``: a method measured at
 97.2% over 600 positions is not taken (it could well be below 97% on other text).  The
 hybrid of ``numerics_choice.py`` runs, at every row, either this verified kernel or the exact
-dense path.  The acceptance test (tests/test_smollm2.py) measures the same rate against HF on
+dense path.  The acceptance test (tests/core/test_smollm2.py) measures the same rate against HF on
 other prompts.
 
 Cost, paid on the first start per (model, method) and only for methods that would win on

@@ -1,0 +1,150 @@
+"""The low-overhead decode paths (model/layer_loop.py, model/layer_stack.py and the fused
+rotary + K/V store) compute exactly what the module path computes: same tokens, same logprobs
+to the bit, fp32 and bf16, dense, int4 and int8 weights, over prefill, shared prefixes and decode."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.models import make_engine
+from radixserve.kernels import cpu_native
+from radixserve.model import layer_loop, layer_stack, packed_linear
+from radixserve.worker import model_runner
+from radixserve.worker.tuning.numerics_choice import Numerics
+
+pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: the module path is the only one")
+
+SHARED = list(range(300, 348))  # a 48-token prefix shared by two requests (the plan's shared-prefix task)
+REAL_USABLE, REAL_RUN, REAL_STACK = layer_loop.usable, layer_loop.run_layers, layer_stack.run
+# the last prompt makes a prefill step with a causal block for flash attention (>= 512 query rows
+# per KV head over an fp32 pool): step_attention's general path
+PROMPTS = [SHARED + [5, 6, 7], SHARED + [9, 10], list(range(1000, 1003)), list(range(2000, 2090)),
+           list(range(3000, 3300))]
+
+
+def _run(tiny_dir: str, dtype: str, mode: str, monkeypatch, inspect=None, **engine_kw) -> tuple[list, int, int]:
+    """Generate PROMPTS with ``mode``: "stack" (layer_stack where it applies, else layer_loop),
+    "loop" (layer_loop only), "fused" (module path with the fused rotary + store) or "modules"
+    (the path before any of them: split, rope_, index_copy_).  Returns the outputs and how many
+    steps ran through layer_loop and through the stack."""
+    calls, stacked = [], []
+
+    def stack(*a):
+        out = REAL_STACK(*a)
+        if out is not None:
+            stacked.append(1)
+        return out
+
+    monkeypatch.setattr(layer_loop, "run_layers", lambda *a: calls.append(1) or REAL_RUN(*a))
+    monkeypatch.setattr(layer_loop, "usable", REAL_USABLE if mode in ("loop", "stack") else (lambda *a: False))
+    monkeypatch.setattr(layer_stack, "run", stack if mode == "stack" else (lambda *a: None))
+    eng = make_engine(tiny_dir, dtype=dtype, max_total_tokens=4096, **engine_kw)
+    try:
+        if mode == "modules":
+            eng.runner.backend.caller_stores_kv = None
+        gen = torch.Generator().manual_seed(0)  # the tiny model's norms are all ones: make each layer's differ
+        for name, p in eng.runner.model.named_parameters():
+            if name.endswith("layernorm.weight"):
+                p.data.mul_((torch.rand(p.shape, generator=gen) + 0.5).to(p.dtype))
+        first = eng.generate(input_ids=PROMPTS[:1], sampling_params={"max_new_tokens": 1, "temperature": 0})
+        outs = eng.generate(input_ids=PROMPTS, sampling_params={"max_new_tokens": 10, "temperature": 0},
+                            return_logprob=True, logprob_start_len=0)
+        eng.check_invariants()
+        if inspect:
+            inspect(eng)
+    finally:
+        eng.shutdown()
+    keep = ("input_token_logprobs", "output_token_logprobs")
+    outs = [first[0]["output_ids"]] + [(o["output_ids"], [o["meta_info"][k] for k in keep]) for o in outs]
+    return outs, len(calls), len(stacked)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fast_paths_are_bit_identical_to_the_module_path(tiny_dir, dtype, monkeypatch):
+    ref, ref_calls, _ = _run(tiny_dir, dtype, "modules", monkeypatch)
+    fused, fused_calls, _ = _run(tiny_dir, dtype, "fused", monkeypatch)
+    loop, loop_calls, _ = _run(tiny_dir, dtype, "loop", monkeypatch)
+    stack, stack_loop_calls, stacked = _run(tiny_dir, dtype, "stack", monkeypatch)
+    assert ref_calls == fused_calls == 0 and loop_calls > 10, "each path ran where it should"
+    assert stacked > 10 and stacked + stack_loop_calls == loop_calls, "the stack ran where it applies"
+    assert fused == ref
+    assert loop == ref
+    assert stack == ref
+
+
+@pytest.mark.parametrize("numerics", ["int4", "int8", "int4 at <= 8 rows, packed"])
+def test_stack_runs_quantized_layers_bit_identically(tiny_dir, numerics, monkeypatch):
+    """The stack's linear kinds: the blocked int4 kernel, the native int8 one, and a hybrid as
+    ``auto`` picks on the development machines: int4 up to 8 rows (the decode steps), oneDNN's
+    packed bf16 weights above (the prefills)."""
+    method = numerics.split()[0]  # int4 / int8
+    n = Numerics(torch.bfloat16, method, 8 if "rows" in numerics else None,
+                 "packed" in numerics and packed_linear.available(torch.bfloat16))
+    monkeypatch.setattr(model_runner, "resolve_numerics", lambda *a: n)
+    kinds = set()
+
+    def inspect(eng):
+        cache = eng.runner.model.__dict__[layer_stack._CACHE]
+        for regime, rows in enumerate([1] + [t + 1 for t in cache.thresholds]):
+            assert cache.by_regime[regime] is not None, "a stack for every row regime the steps had"
+            kinds.update(layer_stack.linear_spec(m, rows)[0] for m in cache.linears)
+
+    loop, _, _ = _run(tiny_dir, "bfloat16", "loop", monkeypatch)
+    stack, loop_calls, stacked = _run(tiny_dir, "bfloat16", "stack", monkeypatch, inspect)
+    assert stacked > 10
+    quantized = layer_stack.BLOCKED4 if method == "int4" else layer_stack.INT8
+    dense = layer_stack.PACKED if n.packed else layer_stack.DENSE
+    assert kinds == ({quantized} if n.max_m is None else {quantized, dense})
+    assert stack == loop
+
+
+def test_usable_only_where_exact(tiny_dir):
+    eng = make_engine(tiny_dir, max_total_tokens=1024)
+    try:
+        model, backend = eng.runner.model, eng.runner.backend
+        assert layer_loop.usable(model, backend, torch.float32)
+        assert not layer_loop.usable(model, backend, torch.bfloat16), "the pool's dtype differs"
+        backend.caller_stores_kv = None
+        assert not layer_loop.usable(model, backend, torch.float32), "a backend that stores K/V itself"
+    finally:
+        eng.shutdown()
+
+
+def test_stack_steps_aside_where_it_does_not_apply(tiny_dir):
+    """run() returns None (layer_loop runs) for a hooked linear layer and for a step whose
+    attention has flash-attention blocks; it rebuilds after a layer module is replaced."""
+    eng = make_engine(tiny_dir, max_total_tokens=1024)
+    try:
+        model, backend = eng.runner.model, eng.runner.backend
+        seen = []
+        real = layer_stack.run
+
+        def spy(*a):
+            out = real(*a)
+            seen.append(out is not None)
+            return out
+
+        sp = {"max_new_tokens": 3, "temperature": 0}
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(layer_stack, "run", spy)
+            want = eng.generate(input_ids=[[5, 6, 7, 8]], sampling_params=sp)[0]["output_ids"]
+            assert seen == [True] * 3
+            handle = model.layers[1].mlp.down_proj.register_forward_hook(lambda *a: None)
+            seen.clear()
+            assert eng.generate(input_ids=[[5, 6, 7, 8]], sampling_params=sp)[0]["output_ids"] == want
+            assert seen == [False] * 3, "a hooked layer runs through Python"
+            handle.remove()
+            old = model.layers[0].mlp.down_proj
+            model.layers[0].mlp.down_proj = torch.nn.Linear(old.in_features, old.out_features, bias=False)
+            model.layers[0].mlp.down_proj.weight.data.copy_(old.weight)
+            seen.clear()
+            assert eng.generate(input_ids=[[5, 6, 7, 8]], sampling_params=sp)[0]["output_ids"] == want
+            assert seen == [True] * 3
+            assert model.__dict__[layer_stack._CACHE].linears[3] is model.layers[0].mlp.down_proj, "rebuilt"
+            backend.dense = type(backend.dense)(1, 1)  # every block with a query row to flash attention
+            seen.clear()
+            assert eng.generate(input_ids=[list(range(40, 80))], sampling_params={"max_new_tokens": 1})
+            assert seen[0] is False, "a prefill with flash-attention blocks runs through Python"
+        eng.check_invariants()
+    finally:
+        eng.shutdown()

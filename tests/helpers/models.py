@@ -1,0 +1,72 @@
+"""Plain helpers shared by test modules (``from tests.helpers.models import make_engine``):
+the tiny random Llama, Engine construction with test defaults, HF greedy/logprob oracles,
+random prompts with a shared system prefix.  Fixtures built on them live in tests/conftest.py."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+
+def build_tiny_llama(smol_dir: str, path: str) -> str:
+    """Save ``tiny_dir``'s model (seeded, so always the same weights) in ``path``; return it."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(smol_dir)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    # random init gives near-uniform logits; sharpen them so greedy ties are impossible
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(40.0)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def walk(node: dict) -> list[dict]:
+    """Every node of a ``/cache/tree`` answer's tree (depth first)."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n["children"])
+    return out
+
+
+def make_engine(path: str, **kw):
+    from radixserve import Engine
+
+    kw.setdefault("dtype", "float32")
+    kw.setdefault("max_total_tokens", 8192)
+    return Engine(path, **kw)
+
+
+def hf_greedy(hf_model, ids: list[int], n: int) -> list[int]:
+    out = hf_model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                            max_new_tokens=n, do_sample=False, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def hf_prompt_logprobs(hf_model, ids: list[int]) -> list[float]:
+    """log p(ids[i] | ids[:i]) for i >= 1."""
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([ids])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    return [lp[i - 1, ids[i]].item() for i in range(1, len(ids))]
+
+
+SYSTEM = list(range(1000, 1100))  # a shared 100-token "system prompt"
+
+
+def random_prompts(seed: int, n: int) -> list[list[int]]:
+    """``n`` random token prompts; every other one starts with ``SYSTEM``."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        body = [rng.randrange(200, 40000) for _ in range(rng.randrange(1, 60))]
+        out.append((SYSTEM + body) if i % 2 == 0 else body)
+    return out
