@@ -27,23 +27,25 @@ def _flag(name: str) -> str:
 
 
 def add_config_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per dataclass field; the type comes from the annotation."""
+    """One flag per dataclass field; the type comes from the annotation, the help from the
+    field's ``metadata["help"]`` where it has one (else "default: ...")."""
     hints = typing.get_type_hints(cls)
     group = parser.add_argument_group(cls.__name__)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         hint = hints[f.name]
+        help_text = f.metadata.get("help", f"default: {f.default}")
         if typing.get_origin(hint) is typing.Literal:  # a closed set of strings
-            group.add_argument(_flag(f.name), choices=typing.get_args(hint), default=f.default,
-                               help=f"default: {f.default}")
+            group.add_argument(_flag(f.name), choices=typing.get_args(hint), default=f.default, help=help_text)
             continue
         base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
         kind = base[0]
         if kind is bool:
-            group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=f.default)
+            group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=f.default,
+                               help=f.metadata.get("help"))
         else:
-            group.add_argument(_flag(f.name), type=kind, default=f.default, help=f"default: {f.default}")
+            group.add_argument(_flag(f.name), type=kind, default=f.default, help=help_text)
 
 
 def config_from_args(cls: type, args: argparse.Namespace, **extra: Any) -> Any:

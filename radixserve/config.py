@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Optional, get_args
 
 Quantization = Literal["auto", "none", "int8", "w8a8", "int4"]
+DenseKernel = Literal["auto", "plain", "packed"]
 SpeculativeAlgorithm = Literal["none", "ngram", "draft"]
 Pooling = Literal["last", "mean"]
 GrammarBackendName = Literal["outlines", "llguidance"]
@@ -26,6 +27,11 @@ class ModelConfig:
     and the quantized kernels whose accuracy was verified for this model
     (``worker/tuning/numerics_choice.py``); with an explicit dtype, "auto" means "none".  An explicit
     method with ``dtype="auto"`` computes in bf16 (the kernels' fast activation dtype).
+    ``dense_kernel`` is how the dense (unquantized) linear weights run on the CPU: "plain"
+    (``F.linear``, the weight as loaded), "packed" (oneDNN's prepacked layout,
+    ``model/packed_linear.py``; an error where torch lacks it or off the CPU) or "auto" (packed
+    where it measured faster on this machine, ``numerics_choice.dense_kernel``).  Pin it where the
+    path matters more than speed: the two differ in summation order and in module types.
     ``embedding_pooling`` is the default pooling of embedding requests (``/v1/embeddings``,
     ``Engine.encode``) over the final hidden state: "last" token or "mean" of every position.
     """
@@ -34,6 +40,9 @@ class ModelConfig:
     tokenizer_path: Optional[str] = None
     dtype: str = "auto"
     quantization: Quantization = "auto"
+    dense_kernel: DenseKernel = field(default="auto", metadata={"help": (
+        "how dense linear weights run on the CPU: plain (F.linear), packed (oneDNN prepacked weights) or auto "
+        "(packed where it measured faster on this machine; default: auto)")})
     device: str = "auto"
     context_length: Optional[int] = None
     seed: int = 0
@@ -45,6 +54,9 @@ class ModelConfig:
         if self.quantization not in get_args(Quantization):
             raise ValueError(f"quantization: unknown method {self.quantization!r} "
                              f"({', '.join(get_args(Quantization))})")
+        if self.dense_kernel not in get_args(DenseKernel):
+            raise ValueError(f"dense_kernel: unknown kernel {self.dense_kernel!r} "
+                             f"({', '.join(get_args(DenseKernel))})")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,21 @@
 """The low-overhead decode paths (model/layer_loop.py, model/layer_stack.py and the fused
 rotary + K/V store) compute exactly what the module path computes: same tokens, same logprobs
-to the bit, fp32 and bf16, dense, int4 and int8 weights, over prefill, shared prefixes and decode."""
+to the bit, fp32 and bf16, dense (plain and packed), int4 and int8 weights, over prefill, shared
+prefixes and decode.  Whether dense weights are packed is pinned (``dense_kernel``), never left
+to what this machine's timing picks: each test names the kernel it runs, or runs both."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
+from safetensors.torch import load_file
+from torch import nn
 
 from tests.helpers.models import make_engine
 from radixserve.kernels import cpu_native
 from radixserve.model import layer_loop, layer_stack, packed_linear
+from radixserve.model.packed_linear import PackedLinear
 from radixserve.worker import model_runner
 from radixserve.worker.tuning.numerics_choice import Numerics
 
@@ -20,6 +27,16 @@ REAL_USABLE, REAL_RUN, REAL_STACK = layer_loop.usable, layer_loop.run_layers, la
 # per KV head over an fp32 pool): step_attention's general path
 PROMPTS = [SHARED + [5, 6, 7], SHARED + [9, 10], list(range(1000, 1003)), list(range(2000, 2090)),
            list(range(3000, 3300))]
+# the dense kernels, each on purpose: F.linear on nn.Linear, and oneDNN's prepacked PackedLinear
+KERNELS = ["plain", pytest.param("packed", marks=pytest.mark.skipif(
+    not packed_linear.available(torch.float32), reason="this torch build has no oneDNN packed linear"))]
+DENSE_KIND = {"plain": (nn.Linear, layer_stack.DENSE), "packed": (PackedLinear, layer_stack.PACKED)}
+
+
+def _stack_kinds(eng) -> set:
+    """The layer_stack kinds of the model's decoder linears at one row."""
+    cache = eng.runner.model.__dict__[layer_stack._CACHE]
+    return {layer_stack.linear_spec(m, 1)[0] for m in cache.linears}
 
 
 def _run(tiny_dir: str, dtype: str, mode: str, monkeypatch, inspect=None, **engine_kw) -> tuple[list, int, int]:
@@ -59,12 +76,16 @@ def _run(tiny_dir: str, dtype: str, mode: str, monkeypatch, inspect=None, **engi
     return outs, len(calls), len(stacked)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fast_paths_are_bit_identical_to_the_module_path(tiny_dir, dtype, monkeypatch):
-    ref, ref_calls, _ = _run(tiny_dir, dtype, "modules", monkeypatch)
-    fused, fused_calls, _ = _run(tiny_dir, dtype, "fused", monkeypatch)
-    loop, loop_calls, _ = _run(tiny_dir, dtype, "loop", monkeypatch)
-    stack, stack_loop_calls, stacked = _run(tiny_dir, dtype, "stack", monkeypatch)
+def test_fast_paths_are_bit_identical_to_the_module_path(tiny_dir, dtype, kernel, monkeypatch):
+    kinds: set = set()
+    ref, ref_calls, _ = _run(tiny_dir, dtype, "modules", monkeypatch, dense_kernel=kernel)
+    fused, fused_calls, _ = _run(tiny_dir, dtype, "fused", monkeypatch, dense_kernel=kernel)
+    loop, loop_calls, _ = _run(tiny_dir, dtype, "loop", monkeypatch, dense_kernel=kernel)
+    stack, stack_loop_calls, stacked = _run(tiny_dir, dtype, "stack", monkeypatch,
+                                            lambda eng: kinds.update(_stack_kinds(eng)), dense_kernel=kernel)
+    assert kinds == {DENSE_KIND[kernel][1]}, "the pinned dense kernel ran"
     assert ref_calls == fused_calls == 0 and loop_calls > 10, "each path ran where it should"
     assert stacked > 10 and stacked + stack_loop_calls == loop_calls, "the stack ran where it applies"
     assert fused == ref
@@ -99,7 +120,7 @@ def test_stack_runs_quantized_layers_bit_identically(tiny_dir, numerics, monkeyp
 
 
 def test_usable_only_where_exact(tiny_dir):
-    eng = make_engine(tiny_dir, max_total_tokens=1024)
+    eng = make_engine(tiny_dir, max_total_tokens=1024, dense_kernel="plain")  # (either kernel: usable ignores it)
     try:
         model, backend = eng.runner.model, eng.runner.backend
         assert layer_loop.usable(model, backend, torch.float32)
@@ -110,12 +131,25 @@ def test_usable_only_where_exact(tiny_dir):
         eng.shutdown()
 
 
-def test_stack_steps_aside_where_it_does_not_apply(tiny_dir):
+def _same_kind(old: nn.Module, weight: torch.Tensor) -> nn.Module:
+    """A new module of ``old``'s kind (nn.Linear or PackedLinear, no bias) computing ``x @ weight.T``."""
+    if type(old) is PackedLinear:  # (its weight cannot be read back: ``weight`` comes from the checkpoint)
+        return PackedLinear(weight.to(old.weight_dtype), None)
+    new = nn.Linear(old.in_features, old.out_features, bias=False, dtype=old.weight.dtype)
+    new.weight.data.copy_(weight)
+    return new
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stack_steps_aside_where_it_does_not_apply(tiny_dir, kernel):
     """run() returns None (layer_loop runs) for a hooked linear layer and for a step whose
-    attention has flash-attention blocks; it rebuilds after a layer module is replaced."""
-    eng = make_engine(tiny_dir, max_total_tokens=1024)
+    attention has flash-attention blocks; it rebuilds after a layer module is replaced by a new
+    one of the same kind."""
+    eng = make_engine(tiny_dir, max_total_tokens=1024, dense_kernel=kernel)
     try:
         model, backend = eng.runner.model, eng.runner.backend
+        module_type, stack_kind = DENSE_KIND[kernel]
+        assert type(model.layers[0].mlp.down_proj) is module_type, "the pinned dense kernel was loaded"
         seen = []
         real = layer_stack.run
 
@@ -128,19 +162,19 @@ def test_stack_steps_aside_where_it_does_not_apply(tiny_dir):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(layer_stack, "run", spy)
             want = eng.generate(input_ids=[[5, 6, 7, 8]], sampling_params=sp)[0]["output_ids"]
-            assert seen == [True] * 3
+            assert seen == [True] * 3 and _stack_kinds(eng) == {stack_kind}
             handle = model.layers[1].mlp.down_proj.register_forward_hook(lambda *a: None)
             seen.clear()
             assert eng.generate(input_ids=[[5, 6, 7, 8]], sampling_params=sp)[0]["output_ids"] == want
             assert seen == [False] * 3, "a hooked layer runs through Python"
             handle.remove()
-            old = model.layers[0].mlp.down_proj
-            model.layers[0].mlp.down_proj = torch.nn.Linear(old.in_features, old.out_features, bias=False)
-            model.layers[0].mlp.down_proj.weight.data.copy_(old.weight)
+            weight = load_file(os.path.join(tiny_dir, "model.safetensors"))["model.layers.0.mlp.down_proj.weight"]
+            model.layers[0].mlp.down_proj = _same_kind(model.layers[0].mlp.down_proj, weight)
             seen.clear()
             assert eng.generate(input_ids=[[5, 6, 7, 8]], sampling_params=sp)[0]["output_ids"] == want
             assert seen == [True] * 3
             assert model.__dict__[layer_stack._CACHE].linears[3] is model.layers[0].mlp.down_proj, "rebuilt"
+            assert _stack_kinds(eng) == {stack_kind}
             backend.dense = type(backend.dense)(1, 1)  # every block with a query row to flash attention
             seen.clear()
             assert eng.generate(input_ids=[list(range(40, 80))], sampling_params={"max_new_tokens": 1})

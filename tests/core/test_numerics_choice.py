@@ -4,6 +4,7 @@ the model's shapes whose accuracy bar holds, cached per machine, overridden by e
 Timers and accuracy checks are injected, so these tests check the logic, never the speed."""
 from __future__ import annotations
 
+import argparse
 import json
 from types import SimpleNamespace
 
@@ -206,3 +207,54 @@ def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path
         resolve_numerics(ModelConfig(quantization="int8"), cuda, CONFIG, "unused", never, never)
     with pytest.raises(ValueError, match="^dtype: unknown dtype"):
         resolve(dtype="int3")
+
+
+def test_a_pinned_dense_kernel_overrides_the_timings():
+    t = table(float32=(5, 50, 500), bfloat16=(4, 40, 100), **{"bfloat16+packed": (3, 28, 105),
+                                                               "float32+packed": (9, 90, 900)})
+    assert dense_kernel(t, "bfloat16") == (t["bfloat16+packed"], True)  # measured: packed wins
+    assert dense_kernel(t, "bfloat16", "plain") == (t["bfloat16"], False)
+    assert dense_kernel(t, "float32") == (t["float32"], False)  # measured: plain wins
+    assert dense_kernel(t, "float32", "packed") == (t["float32+packed"], True)
+    assert [c for _, c in candidates(t, "plain")] == [Numerics(torch.bfloat16)]
+    assert [c for _, c in candidates(t, "packed")] == [Numerics(torch.bfloat16, packed=True)]
+
+
+@pytest.mark.skipif(not packed_paths(), reason="this torch build has no oneDNN packed linear")
+@pytest.mark.parametrize("dtype,quantization", [("float32", "auto"), ("bfloat16", "none"), ("auto", "int8"),
+                                                ("auto", "none"), ("auto", "auto")])
+def test_resolve_numerics_takes_a_pinned_dense_kernel_as_given(monkeypatch, tmp_path, dtype, quantization):
+    """Whatever the timings say (here packing is much faster for both dtypes), a pin decides,
+    and a pinned kernel's variants are never timed; ``auto`` still chooses everything else."""
+    monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    ms = (1, 2, 4, 8, 16, 64, 256, 1024)
+    t = {p: {m: 1.0 for m in ms} for p in PATHS + packed_paths()}
+    t.update({p: {m: 0.1 for m in ms} for p in packed_paths()})
+    for pin in ("plain", "packed", "auto"):
+        calls: list = []
+        got = resolve_numerics(ModelConfig(dtype=dtype, quantization=quantization, dense_kernel=pin), CPU, CONFIG,
+                               "unused", fake_timer(t, calls), never)
+        assert got.packed == (pin != "plain"), pin
+        if pin == "plain":
+            assert not any(c.endswith(PACKED) for c in calls)
+        if pin != "auto" and (dtype != "auto" or quantization == "int8"):
+            assert calls == [], "explicit numerics with a pinned kernel measure nothing"
+
+
+def test_config_and_cli_validate_dense_kernel():
+    from radixserve import cli
+    from radixserve.config import EngineConfig
+
+    assert ModelConfig().dense_kernel == "auto"
+    with pytest.raises(ValueError, match="^dense_kernel: unknown kernel 'blocked' \\(auto, plain, packed\\)"):
+        ModelConfig(dense_kernel="blocked")
+    assert EngineConfig.from_kwargs(dense_kernel="plain").model.dense_kernel == "plain"
+    parser = argparse.ArgumentParser()
+    cli._engine_parser(parser)
+    assert cli.engine_config_from_args(parser.parse_args(["--dense-kernel", "packed"])).model.dense_kernel == "packed"
+    assert cli.engine_config_from_args(parser.parse_args([])).model.dense_kernel == "auto"
+    assert "oneDNN prepacked" in parser.format_help()  # the flag's help says what each value does
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--dense-kernel", "blocked"])
+    with pytest.raises(ValueError, match="^dense_kernel: packed is implemented for the CPU only"):
+        resolve_numerics(ModelConfig(dense_kernel="packed"), torch.device("cuda"), CONFIG, "unused", never, never)

@@ -167,8 +167,9 @@ def test_server_tp2_matches_tp1_on_smollm2(smol_dir, smol_prompts, smol_ref):
 # ---------------------------------------------------------------- two nodes on loopback
 def _node(model: str, rank: int, addr: str, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "radixserve.cli", "serve", "--model", model, "--dtype", "float32",
-           "--quantization", "none", "--tp-size", "2", "--nnodes", "2", "--node-rank", str(rank),
-           "--dist-init-addr", addr, "--dist-timeout", "60", "--log-level", "warning", *extra]
+           "--dense-kernel", "plain", "--quantization", "none", "--tp-size", "2", "--nnodes", "2",
+           "--node-rank", str(rank), "--dist-init-addr", addr, "--dist-timeout", "60", "--log-level", "warning",
+           *extra]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
                             env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
 

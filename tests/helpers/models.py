@@ -38,9 +38,13 @@ def walk(node: dict) -> list[dict]:
 
 
 def make_engine(path: str, **kw):
+    """An Engine with the test defaults: fp32 on plain ``F.linear`` weights (``dense_kernel``
+    pinned, so no test depends on whether this machine's timing would pack them; a test of the
+    packed path asks for ``dense_kernel="packed"``) and an 8192-slot KV pool."""
     from radixserve import Engine
 
     kw.setdefault("dtype", "float32")
+    kw.setdefault("dense_kernel", "plain")
     kw.setdefault("max_total_tokens", 8192)
     return Engine(path, **kw)
 

@@ -37,8 +37,9 @@ class ServerHandle:
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # fp32 on plain F.linear weights, whatever this machine's timing would pick (``extra`` may override)
         cmd = [sys.executable, "-m", "radixserve.cli", "serve", "--model", model, "--port", str(self.port),
-               "--dtype", "float32", "--log-level", "warning", *extra]
+               "--dtype", "float32", "--dense-kernel", "plain", "--log-level", "warning", *extra]
         if api_key:
             cmd += ["--api-key", api_key]
         self.log_path = tempfile.mktemp(prefix="radixserve-server-", suffix=".log")

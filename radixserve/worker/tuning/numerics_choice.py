@@ -4,7 +4,9 @@ Explicit settings are taken as given: ``--dtype float32|bfloat16``, ``--quantiza
 none|int8|w8a8|int4`` (CPU only; an explicit method with ``--dtype auto`` computes in bf16,
 the activation dtype its kernels are fast in).  Only the kernel of the dense layers is still
 measured then: plain ``F.linear`` or oneDNN's prepacked weights (``model/packed_linear.py``),
-the packed one by ``dense_kernel``'s rule.  ``--quantization auto`` with an explicit dtype
+the packed one by ``dense_kernel``'s rule.  ``--dense-kernel plain|packed`` pins that kernel
+(nothing is timed for it, in ``auto`` too), for callers and tests that need one path whatever
+this machine measures.  ``--quantization auto`` with an explicit dtype
 means no quantization, and ``--dtype auto`` alone (``--quantization none``) is the faster of
 fp32 and bf16 on the CPU, bf16 on CUDA.
 
@@ -37,8 +39,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from radixserve.config import ModelConfig
-from radixserve.model import loader
+from radixserve.config import DenseKernel, ModelConfig
+from radixserve.model import loader, packed_linear
 from radixserve.model.quant import METHODS
 from radixserve.worker.tuning import quant_accuracy
 from radixserve.worker.tuning.kernel_timing import COLD_MAX_M, DENSE, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
@@ -86,15 +88,18 @@ def _total(per_m: dict[int, float]) -> float:
     return sum(per_m.values())
 
 
-def dense_kernel(t: Timings, dtype: str) -> tuple[dict[int, float], bool]:
-    """(per-M time, packed?) of ``dtype``'s dense kernel.  Packing pays where oneDNN's per-call
+def dense_kernel(t: Timings, dtype: str, pin: DenseKernel = "auto") -> tuple[dict[int, float], bool]:
+    """(per-M time, packed?) of ``dtype``'s dense kernel: ``pin`` ("plain" or "packed", the
+    latter timed in ``t``) where it is not "auto".  Packing pays where oneDNN's per-call
     weight reorder dominates, at decode-sized M, and not at prefill sizes (measured 30% faster
     at M <= 64 on an AMX Xeon, within +-8% at M >= 256); so packed wins when it saves ``MARGIN``
     of the plain kernel's time summed over the Ms up to ``COLD_MAX_M`` and costs at most
     ``MARGIN`` more at every larger M."""
     packed, plain = t.get(dtype + PACKED), t[dtype]
-    if packed is None:
+    if packed is None or pin == "plain":
         return plain, False
+    if pin == "packed":
+        return packed, True
     small = [m for m in plain if m <= COLD_MAX_M] or list(plain)
     saves = sum(packed[m] for m in small) <= (1 - MARGIN) * sum(plain[m] for m in small)
     if saves and all(packed[m] <= (1 + MARGIN) * plain[m] for m in plain if m not in small):
@@ -102,10 +107,11 @@ def dense_kernel(t: Timings, dtype: str) -> tuple[dict[int, float], bool]:
     return plain, False
 
 
-def candidates(t: Timings) -> list[tuple[float, Numerics]]:
-    """(summed time, numerics) of the dense choice and of each quantized path in ``t``, fastest first."""
+def candidates(t: Timings, pin: DenseKernel = "auto") -> list[tuple[float, Numerics]]:
+    """(summed time, numerics) of the dense choice and of each quantized path in ``t``, fastest
+    first; ``pin`` as in ``dense_kernel``."""
     ms = sorted(t["float32"])
-    kernels = {d: dense_kernel(t, d) for d in DENSE}
+    kernels = {d: dense_kernel(t, d, pin) for d in DENSE}
     dense = "bfloat16" if _total(kernels["bfloat16"][0]) < _total(kernels["float32"][0]) else "float32"
     dense_t, bf16_packed = kernels[dense][0], kernels["bfloat16"][1]
     out = [(_total(dense_t), Numerics(getattr(torch, dense), packed=kernels[dense][1]))]
@@ -127,10 +133,10 @@ def candidates(t: Timings) -> list[tuple[float, Numerics]]:
     return sorted(out, key=lambda c: (c[0], order.index(c[1].quantization)))
 
 
-def choose(t: Timings, verify: Verify) -> tuple[Numerics, dict[str, tuple[float, int]]]:
+def choose(t: Timings, verify: Verify, pin: DenseKernel = "auto") -> tuple[Numerics, dict[str, tuple[float, int]]]:
     """The first candidate whose accuracy holds, and what ``verify`` returned for the methods checked."""
     rates: dict[str, tuple[float, int]] = {}
-    for _, c in candidates(t):
+    for _, c in candidates(t, pin):
         if c.quantization == "none":
             return c, rates
         rates[c.quantization] = verify(c.quantization)
@@ -141,13 +147,21 @@ def choose(t: Timings, verify: Verify) -> tuple[Numerics, dict[str, tuple[float,
 
 def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir: str,
                      timer: Timer = time_path, verify: Optional[Verify] = None) -> Numerics:
-    """``cfg.dtype`` and ``cfg.quantization`` made concrete for this device and model (see the
-    module docstring); ``auto`` measures on the first start and reads the caches afterwards."""
-    dtype, q = resolve_dtype(cfg.dtype, device), cfg.quantization
+    """``cfg.dtype``, ``cfg.quantization`` and ``cfg.dense_kernel`` made concrete for this device
+    and model (see the module docstring); ``auto`` measures on the first start and reads the
+    caches afterwards.  A pinned ``dense_kernel`` is never timed."""
+    dtype, q, pin = resolve_dtype(cfg.dtype, device), cfg.quantization, cfg.dense_kernel
     if device.type != "cpu":
         if q not in ("auto", "none"):
             raise ValueError(f"quantization: {q} is implemented for the CPU only (use none or auto)")
+        if pin == "packed":
+            raise ValueError("dense_kernel: packed is implemented for the CPU only (use plain or auto)")
         return Numerics(dtype or torch.bfloat16)
+    lacking = [d for d in ([dtype] if dtype else [torch.float32, torch.bfloat16])
+               if pin == "packed" and not packed_linear.available(d)]
+    if lacking:
+        raise ValueError(f"dense_kernel: this torch build has no oneDNN packed linear for {lacking[0]} "
+                         "(use plain or auto)")
     shapes = linear_shapes(config)
     copies = cold_copies(shapes, int(getattr(config, "num_hidden_layers", 1)))  # the model's footprint
     if timer is time_path:
@@ -156,17 +170,17 @@ def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir
     if q in METHODS or dtype is not None:  # explicit numerics: only the dense kernel is measured
         dense = dtype or torch.bfloat16
         name = str(dense).removeprefix("torch.")
-        packed = False
-        if name in DENSE and packed_paths((name,)):
+        packed = pin == "packed"
+        if pin == "auto" and name in DENSE and packed_paths((name,)):
             timings, _ = measured_timings(shapes, (name, name + PACKED), cache_path, timer, copies=copies)
             packed = dense_kernel(timings, name)[1]
         return Numerics(dense, q if q in METHODS else "none", packed=packed)
-    paths = (DENSE if q == "none" else PATHS) + packed_paths()
+    paths = (DENSE if q == "none" else PATHS) + (() if pin == "plain" else packed_paths())
     timings, cached = measured_timings(shapes, paths, cache_path, timer, copies=copies)
     if verify is None:
         acc_path = os.path.join(loader.cache_root(), "quant_accuracy.json")
         verify = lambda method: quant_accuracy.verified_agreement(hf_dir, config, method, acc_path)  # noqa: E731
-    choice, rates = choose(timings, verify)
+    choice, rates = choose(timings, verify, pin)
     table = "; ".join(f"{p} " + " ".join(f"{m}:{s * 1e6:.0f}" for m, s in sorted(timings[p].items()))
                       for p in paths)
     checked = ", ".join(f"{m} {r:.4f} over {n} (lower bound {quant_accuracy.lower_bound(r, n):.4f})"
