@@ -1,7 +1,9 @@
 """The one front door for requests: validation, clamping and n-expansion, done once.
 
 Used by the in-process ``Engine`` (and through it by ``frontend_lang``) and by the server's
-``TokenizerManager``.  ``RequestBuilder.build`` turns prompts (token ids) with their sampling
+/generate route and ``TokenizerManager``.  ``split_prompts`` turns a raw request (text or
+input_ids, single or batched, one or per-prompt sampling parameters) into per-prompt pieces;
+``RequestBuilder.build`` turns those prompts (token ids) with their sampling
 parameters into single sequences (``TokenizedRequest``, n == 1), against the ``Limits`` the
 model worker reported.  Per prompt it calls ``SamplingParams.verify`` exactly once and checks
 a constraint (regex / json_schema / choices) once; every copy of an ``n > 1`` prompt gets
@@ -13,14 +15,14 @@ This module stays light (no torch): the server process imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from radixserve.config import DEFAULT_GRAMMAR_BACKEND
 from radixserve.constrained.spec import constraint_of
 from radixserve.embedding import check_pooling
 from radixserve.ipc.server_link import TokenizedRequest
 from radixserve.ipc.worker_link import WorkerInfo
-from radixserve.sampling_params import SamplingParams
+from radixserve.sampling_params import MAX_CACHE_SALT_LEN, SamplingParams
 from radixserve.utils import new_rid
 
 MAX_TOP_LOGPROBS = 64  # top-k logprobs travel per token (prompt ones too): bound the message size
@@ -58,6 +60,75 @@ def verify_sampling(sp: SamplingParams, vocab_size: int, grammar_backend: str = 
     raise ValueError naming the first bad field."""
     sp.verify(vocab_size)
     constraint_of(sp, backend=grammar_backend)  # None when unconstrained; else the parser's message
+
+
+@dataclass
+class Prompts:
+    """One raw request, per prompt: token ids, sampling parameters, field names for errors
+    ("text", "input_ids.1", ...), request ids (None: fresh ones), and whether the input was a
+    batch (the result is then a list)."""
+
+    ids: list[list[int]]
+    params: list[ParamsIn]
+    names: list[str]
+    rids: Optional[list[str]]
+    batched: bool
+
+
+def split_prompts(text: Union[str, list[str], None], input_ids: Any, sampling_params: Union[ParamsIn, list],
+                  encode: Callable[[str], list[int]], rid: Union[str, list[str], None] = None,
+                  priority: Optional[int] = None, cache_salt: Optional[str] = None,
+                  allow_empty: bool = False) -> Prompts:
+    """Split a raw request: exactly one of ``text`` (a string or a list, each run through
+    ``encode``) and ``input_ids`` (a list of ints or a list of them); ``sampling_params`` one
+    entry for all prompts or a list with one per prompt.  ``priority`` / ``cache_salt`` (the
+    top-level fields of /generate) go into every prompt's (mapping) parameters; a string
+    ``rid`` of a batch becomes ``rid-i``.  An empty batch is an error unless ``allow_empty``.
+    Prompt contents are checked later, by ``RequestBuilder.build``.  Raises ValueError naming
+    the field."""
+    if (text is None) == (input_ids is None):
+        raise ValueError("text: give exactly one of prompt text or input_ids")
+    if text is not None:
+        field, batched = "text", isinstance(text, list)
+        texts = text if batched else [text]
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError("text: must be a string or a list of strings")
+        ids_list = [encode(t) for t in texts]
+    else:
+        field = "input_ids"
+        batched = isinstance(input_ids, (list, tuple)) and bool(input_ids) and isinstance(input_ids[0], list)
+        ids_list = list(input_ids) if batched else [input_ids]
+        if not all(isinstance(ids, (list, tuple)) and all(isinstance(t, int) for t in ids) for ids in ids_list):
+            raise ValueError("input_ids: must be a list of ints or a list of lists of ints")
+    if not ids_list and not allow_empty:
+        raise ValueError(f"{field}: the batch is empty")
+    if isinstance(sampling_params, list):
+        if len(sampling_params) != len(ids_list):
+            raise ValueError("sampling_params: a list must have one entry per prompt")
+    else:
+        sampling_params = [sampling_params] * len(ids_list)
+    params = [{} if p is None else p for p in sampling_params]
+    if priority is not None:
+        params = _set_everywhere(params, "priority", priority)
+    if cache_salt is not None:
+        if not 0 < len(cache_salt) <= MAX_CACHE_SALT_LEN:
+            raise ValueError(f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
+        params = _set_everywhere(params, "cache_salt", cache_salt)
+    rids = rid
+    if isinstance(rid, str):
+        rids = [f"{rid}-{i}" for i in range(len(ids_list))] if batched else [rid]
+    names = [f"{field}.{i}" if batched else field for i in range(len(ids_list))]
+    return Prompts(ids_list, params, names, rids, batched)
+
+
+def _set_everywhere(params: list[ParamsIn], name: str, value: Any) -> list[ParamsIn]:
+    """Each mapping of ``params`` with ``name`` set to ``value``; ValueError (naming ``name``)
+    where one already sets another value or is not a mapping."""
+    if not all(isinstance(p, dict) for p in params):
+        raise ValueError(f"{name}: give it inside sampling_params when they are not mappings")
+    if any(p.get(name, value) != value for p in params):
+        raise ValueError(f"{name}: differs from sampling_params.{name}; give it once")
+    return [{**p, name: value} for p in params]
 
 
 class RequestBuilder:

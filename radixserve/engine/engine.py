@@ -35,7 +35,7 @@ from radixserve.config import EngineConfig
 from radixserve.embedding import finalize
 from radixserve.engine.driver import EngineDriver
 from radixserve.output_state import OutputState
-from radixserve.request_builder import Limits, RequestBuilder
+from radixserve.request_builder import Limits, RequestBuilder, split_prompts
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.build import build_scheduler, new_req
 from radixserve.scheduler.cache_persist import CachePersister
@@ -50,28 +50,6 @@ Prompt = Union[str, list[str], None]
 Params = Union[dict, SamplingParams, list, None]
 T = TypeVar("T")
 _END = object()
-
-
-def split_input(prompt: Prompt, input_ids: Any, sampling_params: Params, encode: Callable[[str], list[int]]):
-    """(prompts as token ids, one params entry per prompt, field names, batched) of Engine input."""
-    if (prompt is None) == (input_ids is None):
-        raise ValueError("text: give exactly one of prompt text or input_ids")
-    if prompt is not None:
-        batched = isinstance(prompt, list)
-        texts = prompt if batched else [prompt]
-        if not all(isinstance(p, str) for p in texts):
-            raise ValueError("text: must be a string or a list of strings")
-        ids_list = [encode(p) for p in texts]
-        field = "text"
-    else:
-        batched = bool(input_ids) and isinstance(input_ids[0], list)
-        ids_list = input_ids if batched else [input_ids]
-        if not all(isinstance(ids, (list, tuple)) and all(isinstance(t, int) for t in ids) for ids in ids_list):
-            raise ValueError("input_ids: must be a list of ints or a list of lists of ints")
-        field = "input_ids"
-    names = [f"{field}.{i}" if batched else field for i in range(len(ids_list))]
-    params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(ids_list)
-    return ids_list, params, names, batched
 
 
 class Engine:
@@ -111,10 +89,10 @@ class Engine:
                       top_logprobs_num: int = 0) -> tuple[list[Req], bool]:
         """Validated, clamped, n-expanded scheduler requests and whether the result is a list.
         Raises ValueError naming the field."""
-        ids_list, params, names, batched = split_input(prompt, input_ids, sampling_params, self.tokenizer.encode)
-        msgs = self.builder.build(ids_list, params, names, None, return_logprob, logprob_start_len,
+        p = split_prompts(prompt, input_ids, sampling_params, self.tokenizer.encode, allow_empty=True)
+        msgs = self.builder.build(p.ids, p.params, p.names, None, return_logprob, logprob_start_len,
                                   top_logprobs_num)
-        return [new_req(m) for m in msgs], batched or len(msgs) > 1
+        return [new_req(m) for m in msgs], p.batched or len(msgs) > 1
 
     def submit(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
@@ -196,8 +174,8 @@ class Engine:
         unless ``normalize`` is False.  Returns ``{"embedding": [float], "meta_info": {...}}`` (a
         list for batched input).  Prefill only; cached prefixes are reused ("last") and the
         prompt's KV stays in the prefix cache.  Raises ValueError naming the field."""
-        ids_list, _, names, batched = split_input(prompt, input_ids, None, self.tokenizer.encode)
-        msgs = self.builder.build_embed(ids_list, names, pooling or self.config.model.embedding_pooling)
+        p = split_prompts(prompt, input_ids, None, self.tokenizer.encode)
+        msgs = self.builder.build_embed(p.ids, p.names, pooling or self.config.model.embedding_pooling)
         fut = self._driver.submit([new_req(m) for m in msgs])
         try:
             self._driver.drive(fut.done)
@@ -205,7 +183,7 @@ class Engine:
         finally:
             self._abort_unfinished(fut, [m.rid for m in msgs], "aborted by client")
         res = [{"embedding": finalize(o.get("embedding"), normalize), "meta_info": o["meta_info"]} for o in outs]
-        return res if batched else res[0]
+        return res if p.batched else res[0]
 
     def abort(self, rid: str, message: str = "aborted by client") -> None:
         """Abort one running sequence (its group's future still settles, with that finish_reason)."""

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
 from radixserve.config import EngineConfig, ServerConfig
-from radixserve.sampling_params import MAX_CACHE_SALT_LEN
+from radixserve.request_builder import Prompts, split_prompts
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
 from radixserve.server.inspector.routes import DASHBOARD_PATHS, inspector_router
@@ -51,43 +51,14 @@ class ServerContext:
     keys: Optional[KeyStore] = None  # multi-key mode (--api-keys-file)
 
 
-def native_inputs(ctx: ServerContext, obj: GenerateReqInput):
-    """(prompts, param dicts, field names, rids, batched) from a /generate body."""
-    tm = ctx.tm
-    if (obj.text is None) == (obj.input_ids is None):
-        raise RequestError(400, "text: give exactly one of text or input_ids")
-    if obj.text is not None:
-        batched = isinstance(obj.text, list)
-        texts = obj.text if batched else [obj.text]
-        prompts = [tm.encode(t) for t in texts]
-        names = [f"text.{i}" if batched else "text" for i in range(len(texts))]
-    else:
-        batched = bool(obj.input_ids) and isinstance(obj.input_ids[0], list)
-        prompts = obj.input_ids if batched else [obj.input_ids]
-        names = [f"input_ids.{i}" if batched else "input_ids" for i in range(len(prompts))]
-    if not prompts:
-        raise RequestError(400, f"{'text' if obj.text is not None else 'input_ids'}: the batch is empty")
+def native_inputs(ctx: ServerContext, obj: GenerateReqInput) -> Prompts:
+    """A /generate body split per prompt (``split_prompts``); RequestError(400) naming the field."""
     sp = obj.sampling_params
-    if isinstance(sp, list):
-        if len(sp) != len(prompts):
-            raise RequestError(400, "sampling_params: a list must have one entry per prompt")
-        params = [p.to_dict() for p in sp]
-    else:
-        params = [sp.to_dict() if sp is not None else {}] * len(prompts)
-    if obj.priority is not None:
-        if any(p.get("priority", obj.priority) != obj.priority for p in params):
-            raise RequestError(400, "priority: differs from sampling_params.priority; give it once")
-        params = [{**p, "priority": obj.priority} for p in params]
-    if obj.cache_salt is not None:
-        if not 0 < len(obj.cache_salt) <= MAX_CACHE_SALT_LEN:
-            raise RequestError(400, f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
-        if any(p.get("cache_salt", obj.cache_salt) != obj.cache_salt for p in params):
-            raise RequestError(400, "cache_salt: differs from sampling_params.cache_salt; give it once")
-        params = [{**p, "cache_salt": obj.cache_salt} for p in params]
-    rids = obj.rid
-    if isinstance(rids, str):
-        rids = [rids] if not batched else [f"{rids}-{i}" for i in range(len(prompts))]
-    return prompts, params, names, rids, batched
+    params = [p.to_dict() for p in sp] if isinstance(sp, list) else sp.to_dict() if sp is not None else None
+    try:
+        return split_prompts(obj.text, obj.input_ids, params, ctx.tm.encode, obj.rid, obj.priority, obj.cache_salt)
+    except ValueError as e:
+        raise RequestError(400, str(e)) from None
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
@@ -109,8 +80,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
     @app.post("/generate", openapi_extra=body_doc(GenerateReqInput, stream=True))
     async def generate(request: Request):
         obj = await parse_body(request, GenerateReqInput)
-        prompts, params, names, rids, batched = native_inputs(ctx, obj)
-        reqs = tm.build(prompts, params, names, rids, obj.return_logprob, obj.logprob_start_len,
+        p = native_inputs(ctx, obj)
+        reqs = tm.build(p.ids, p.params, p.names, p.rids, obj.return_logprob, obj.logprob_start_len,
                         obj.top_logprobs_num)
         states = tm.submit(reqs)
         text_fn = tm.token_text if obj.return_text_in_logprobs else None
@@ -120,7 +91,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         if not await tm.run_to_end(states, request.is_disconnected):
             return Response(status_code=499)
         outs = [st.to_native(text_fn) for st in states]
-        return outs if batched or len(outs) > 1 else outs[0]
+        return outs if p.batched or len(outs) > 1 else outs[0]
 
     @app.get("/health", response_class=Response)
     async def health():
