@@ -16,7 +16,8 @@ import time
 import pytest
 
 from tests.helpers.models import make_engine
-from tests.helpers.constrained_cases import (JF_SCHEMAS, REGEX_TOKENS, REGEXES, SCHEMA_TOKENS, SCHEMAS, UNCONSTRAINED, valid)
+from tests.helpers.constrained_cases import (JF_SCHEMAS, REGEX_TOKENS, REGEXES, SCHEMA_TOKENS, SCHEMAS, TINY_CASES, UNCONSTRAINED,
+                                             valid)
 from radixserve.constrained.json_schema import int_regex, number_regex
 from radixserve.detokenizer.incremental import trim_stop
 
@@ -136,12 +137,6 @@ def test_numeric_range_regexes_are_exact():
 
 
 # ---------------------------------------------------------------------- tiny random model
-TINY_CASES = [("regex", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"), ("regex", r"(yes|no)(, because [a-z ]{1,12})?\."),
-              ("regex", r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}[0-9]{1,3}"), ("choices", ["alpha", "beta", "gamma.delta"]),
-              ("json_schema", SCHEMAS[0][1]), ("json_schema", SCHEMAS[16][1]), ("json_schema", SCHEMAS[21][1]),
-              ("json_schema", SCHEMAS[18][1])]
-
-
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("jump", [True, False])
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -5,16 +5,9 @@ import pytest
 import torch
 
 from tests.helpers.models import hf_greedy, make_engine
+from tests.helpers.smol_prompts import core_prompts
 
 pytestmark = pytest.mark.slow
-
-SYSTEM = ("<|im_start|>system\nYou are a meticulous assistant. Answer briefly and cite the documents you "
-          "were given. Documents: (1) The Eiffel Tower is in Paris and was finished in 1889. (2) The Golden "
-          "Gate Bridge opened in 1937 in San Francisco. (3) Mount Everest is 8,849 metres high.<|im_end|>\n")
-QUESTIONS = ["When was the Eiffel Tower finished?", "How tall is Everest?", "Where is the Golden Gate Bridge?",
-             "Which document mentions 1937?"]
-OTHERS = ["The quick brown fox", "def quicksort(arr):\n", "In 1492, Columbus",
-          "Photosynthesis is the process by which plants"]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +22,7 @@ def hf_refs(smol_dir, smol_hf):
     """HF greedy continuations (64 tokens) and prompt logprobs, computed once."""
     from transformers import AutoTokenizer
 
-    prompts = _prompts(AutoTokenizer.from_pretrained(smol_dir))
+    prompts = core_prompts(AutoTokenizer.from_pretrained(smol_dir))
     greedy = [hf_greedy(smol_hf, p, 64) for p in prompts]
     logprobs = []
     for p in prompts:
@@ -37,11 +30,6 @@ def hf_refs(smol_dir, smol_hf):
             lp = torch.log_softmax(smol_hf(torch.tensor([p])).logits[0, :-1].float(), -1)
         logprobs.append(lp.gather(1, torch.tensor(p[1:]).unsqueeze(1)).squeeze(1))
     return prompts, greedy, logprobs
-
-
-def _prompts(tok) -> list[list[int]]:
-    chat = [tok.encode(SYSTEM + f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n") for q in QUESTIONS]
-    return chat + [tok.encode(t) for t in OTHERS]
 
 
 @pytest.mark.parametrize("chunk", [None, 32])

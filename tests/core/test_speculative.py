@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.helpers.chi2 import same_distribution
+from tests.helpers.constrained_cases import TINY_CASES
 from tests.helpers.spec_helpers import greedy_three_ways
 from tests.helpers.spec_helpers import spec_counts as _spec_counts
 from tests.helpers.models import make_engine
@@ -170,8 +171,6 @@ def test_random_batches_with_aborts_and_retraction_keep_invariants(tiny_dir, pla
 def test_constrained_requests_speculate_within_the_grammar(tiny_dir, jump):
     """Proposals are cut where the grammar rejects them and verified under the grammar's
     masks: greedy constrained outputs equal speculation off, and still match their pattern."""
-    from tests.core.test_constrained import TINY_CASES
-
     cases = [("regex", r"((ab|cd|ef) ){6}done"), ("regex", r"(x[0-9] ){5}"),
              ("regex", r"(ab|cd)( (ab|cd)){7}")] + TINY_CASES[:4]
     prompts = ["ab cd ab cd ef ab cd ab cd ef ab", "x1 x2 x1 x2 x1 x2 x1", "ab cd ab cd ab cd ab"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.helpers.models import hf_greedy, make_engine
-from tests.core.test_smollm2 import QUESTIONS, SYSTEM
+from tests.helpers.smol_prompts import QUESTIONS, chat_prompt
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +16,7 @@ PASSAGE = ("The radix tree stores every prompt that the server has seen, so a ne
 
 
 def _prompts(tok) -> list[list[int]]:
-    chat = [tok.encode(SYSTEM + f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n") for q in QUESTIONS[:1]]
+    chat = [tok.encode(chat_prompt(QUESTIONS[0]))]
     ask = [{"role": "user", "content": f"Repeat this passage word for word:\n\n{PASSAGE}"}]
     quote = [tok.encode(tok.apply_chat_template(ask, tokenize=False, add_generation_prompt=True)),
              tok.encode(f"Document: {PASSAGE}\nQuote the document exactly.\nQuote: {PASSAGE[:40]}")]

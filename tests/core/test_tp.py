@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from tests.helpers.models import make_engine, random_prompts
+from tests.helpers.smol_prompts import core_prompts
 from tests.helpers.server_harness import ServerHandle, _die_with_parent, free_port
 
 ATOL = 1e-4
@@ -131,9 +132,7 @@ def test_engine_tp2_matches_tp1_on_uneven_gqa(gqa_dir):
 def smol_prompts(smol_dir) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from tests.core.test_smollm2 import _prompts
-
-    return _prompts(AutoTokenizer.from_pretrained(smol_dir))
+    return core_prompts(AutoTokenizer.from_pretrained(smol_dir))
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,27 @@
-"""The per-request dense attention that the CPU attention backends are checked against."""
+"""The one paged-attention reference of the tests: every attention backend and kernel (CPU,
+Triton, FlashInfer, torch_native) is checked against it."""
 from __future__ import annotations
 
 import torch
 
+from radixserve.attention.base import ForwardBatch
 
-def attention_reference(q, pool, rows, prefix_lens, ext_lens, scaling, dtype=torch.float32) -> torch.Tensor:
-    """Layer 0 of ``pool``: request ``i``'s new tokens (packed in ``q``) attend causally to the
-    slots ``rows[i]``; computed one request at a time in ``dtype``."""
-    outs, off = [], 0
-    h = q.shape[1]
-    for r, p, n in zip(rows, prefix_lens, ext_lens):
-        k = pool.k_buffer[0][r[: p + n]].to(dtype)
-        v = pool.v_buffer[0][r[: p + n]].to(dtype)
-        rep = h // k.shape[1]
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        s = torch.einsum("qhd,khd->hqk", q[off: off + n].to(dtype), k) * scaling
-        causal = torch.arange(p + n).unsqueeze(0) <= (p + torch.arange(n)).unsqueeze(1)
-        outs.append(torch.einsum("hqk,khd->qhd", s.masked_fill(~causal, float("-inf")).softmax(-1), v))
-        off += n
-    return torch.cat(outs)
+
+def attention_reference(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, batch: ForwardBatch,
+                        scaling: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Request ``i``'s new tokens (``q`` rows from ``batch.extend_start_loc[i]``) attend causally
+    to its ``seq_lens_cpu[i]`` slots (row ``req_pool_indices[i]`` of ``batch.req_to_token``) in
+    one layer's ``k_buf`` / ``v_buf``, whose new tokens' K/V must already be stored; computed one
+    request at a time in ``dtype`` on q's device, GQA by repeating the KV heads."""
+    out = torch.empty(q.shape, dtype=dtype, device=q.device)
+    group = q.shape[1] // k_buf.shape[1]
+    for i in range(batch.batch_size):
+        row = batch.req_to_token[batch.req_pool_indices[i], : batch.seq_lens_cpu[i]].long()
+        keys = k_buf[row].to(dtype).repeat_interleave(group, 1)
+        vals = v_buf[row].to(dtype).repeat_interleave(group, 1)
+        s0, n = int(batch.extend_start_loc[i]), batch.extend_seq_lens_cpu[i]
+        scores = torch.einsum("qhd,khd->hqk", q[s0: s0 + n].to(dtype), keys) * scaling
+        pos = batch.extend_prefix_lens_cpu[i] + torch.arange(n, device=q.device)
+        future = torch.arange(len(row), device=q.device)[None, None, :] > pos[None, :, None]
+        out[s0: s0 + n] = torch.einsum("hqk,khd->qhd", scores.masked_fill(future, float("-inf")).softmax(-1), vals)
+    return out

@@ -120,6 +120,12 @@ JF_SCHEMAS = [s for s in SCHEMAS if s[1].get("type") == "object"][:14]
 
 UNCONSTRAINED = ["Once upon a time", "The capital of France is", "def fibonacci(n):", "My favourite food is"]
 
+# (kind, spec) constraints for the tiny random model's tests (constrained, speculative)
+TINY_CASES = [("regex", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"), ("regex", r"(yes|no)(, because [a-z ]{1,12})?\."),
+              ("regex", r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}[0-9]{1,3}"), ("choices", ["alpha", "beta", "gamma.delta"]),
+              ("json_schema", SCHEMAS[0][1]), ("json_schema", SCHEMAS[16][1]), ("json_schema", SCHEMAS[21][1]),
+              ("json_schema", SCHEMAS[18][1])]
+
 
 def valid(kind: str, spec, text: str) -> bool:
     """Does ``text`` fully satisfy the constraint?"""

@@ -5,7 +5,6 @@ included), mixed new lengths (1 included), shared and unshared prefixes, GQA 1/3
 and the fallback when the kernel cannot be built."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 
@@ -14,7 +13,7 @@ import pytest
 import torch
 
 from radixserve.attention import cpu_backend
-from radixserve.attention.base import ForwardBatch, ForwardMode
+from radixserve.attention.base import ForwardMode
 from radixserve.attention.cpu_backend import CpuBackend
 from radixserve.attention.cpu_plan import build_plan
 from radixserve.attention.registry import create_attention_backend
@@ -22,17 +21,17 @@ from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 
-from tests.helpers.attention_reference import attention_reference
+from tests.helpers.attention_cases import rows_case
+from tests.helpers.cpu_attention import DOT, check, make_lengths_case, reference, run_cpu
 
 pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: the fallback test covers this")
-
-TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
 
 def make_case(seed: int, mode: ForwardMode, heads: int, kv_heads: int, d: int, dtype: torch.dtype,
               shared: bool, n_req: int = 9, long_single: bool = False):
-    """A pool, a batch and the rows behind it.  Shared: requests draw their cached prefix from
-    three common slot lists (so their rows start with the same slots)."""
+    """(pool, batch, q) of random requests; they do not sit in table rows 0..B-1.  Shared:
+    requests draw their cached prefix from three common slot lists (so their rows start with
+    the same slots)."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     slots = 6000
@@ -40,7 +39,7 @@ def make_case(seed: int, mode: ForwardMode, heads: int, kv_heads: int, d: int, d
     free = list(range(1, slots))
     rng.shuffle(free)
     commons = [[free.pop() for _ in range(rng.randrange(40, 120))] for _ in range(3)]
-    rows, prefix_lens, ext_lens, new_slots = [], [], [], []
+    rows, prefix_lens, ext_lens = [], [], []
     for i in range(1 if long_single else n_req):
         if long_single:
             base = [free.pop() for _ in range(700)]
@@ -55,47 +54,13 @@ def make_case(seed: int, mode: ForwardMode, heads: int, kv_heads: int, d: int, d
                 base = [free.pop()]
         else:
             n = rng.choice([1, 1, 2, 7, 30, 70])
-        new = [free.pop() for _ in range(n)]
-        rows.append(base + new)
+        rows.append(base + [free.pop() for _ in range(n)])
         prefix_lens.append(len(base))
         ext_lens.append(n)
-        new_slots += new
-    used = torch.tensor(sorted({s for r in rows for s in r}))
-    pool.k_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
-    pool.v_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
-    width = max(len(r) for r in rows) + 5
-    table = torch.zeros(len(rows) + 3, width, dtype=torch.int32)
-    order = list(range(3, 3 + len(rows)))  # requests do not sit in rows 0..B-1
+    order = list(range(3, 3 + len(rows)))
     rng.shuffle(order)
-    for i, r in enumerate(rows):
-        table[order[i], : len(r)] = torch.tensor(r, dtype=torch.int32)
-    t = sum(ext_lens)
-    q = torch.randn(t, heads, d, generator=gen).to(dtype)
-    pre, lens = torch.tensor(prefix_lens), torch.tensor(ext_lens)
-    positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, ext_lens)])
-    batch = ForwardBatch(mode, torch.zeros(t, dtype=torch.long), positions, torch.tensor(new_slots),
-                         torch.tensor(order), pre + lens, pre, lens, torch.cumsum(lens, 0) - lens, table,
-                         (pre + lens).tolist(), prefix_lens, ext_lens)
-    return pool, batch, q, rows
-
-
-def reference(q, pool, rows, prefix_lens, ext_lens, scaling):
-    """Per-request dense attention in fp64 over the pool's values."""
-    return attention_reference(q, pool, rows, prefix_lens, ext_lens, scaling, torch.float64)
-
-
-DOT = {"on": False}  # run_cpu's backends: AVX512-BF16 dot products for bf16 blocks not on AMX
-
-
-def run_cpu(pool, batch, q):
-    be = CpuBackend(pool, dataclasses.replace(CpuBackend.default_rule(pool), bf16_dot=DOT["on"]))
-    be.init_forward_metadata(batch)
-    return be.attend(q, None, None, 0, q.shape[-1] ** -0.5, batch), batch.attn_metadata
-
-
-def check(out, ref, dtype):
-    err = (out.double() - ref).abs().max().item()
-    assert err <= TOL[dtype], f"max abs error {err:.3g} > {TOL[dtype]}"
+    batch, q = rows_case(pool, mode, rows, prefix_lens, ext_lens, heads, gen, table_rows=order)
+    return pool, batch, q
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -105,11 +70,11 @@ def check(out, ref, dtype):
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "unshared"])
 def test_kernel_matches_reference_and_torch_native(dtype, d, heads, kv_heads, mode, shared):
     seed = hash((str(dtype), d, heads, mode.value, shared)) % 10_000
-    pool, batch, q, rows = make_case(seed, mode, heads, kv_heads, d, dtype, shared)
+    pool, batch, q = make_case(seed, mode, heads, kv_heads, d, dtype, shared)
     out, plan = run_cpu(pool, batch, q)
     assert out.dtype == dtype and out.shape == q.shape
     assert (plan.num_shared_groups > 0) == shared
-    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5)
+    ref = reference(q, pool, batch, d ** -0.5)
     check(out, ref, dtype)
     native = TorchNativeBackend(pool)
     native.init_forward_metadata(batch)
@@ -118,18 +83,17 @@ def test_kernel_matches_reference_and_torch_native(dtype, d, heads, kv_heads, mo
 
 @pytest.mark.parametrize("mode", [ForwardMode.EXTEND, ForwardMode.DECODE], ids=["extend", "decode"])
 def test_long_single_request_is_split_across_threads(mode):
-    pool, batch, q, rows = make_case(7, mode, 9, 3, 64, torch.float32, False, long_single=True)
+    pool, batch, q = make_case(7, mode, 9, 3, 64, torch.float32, False, long_single=True)
     out, plan = run_cpu(pool, batch, q)
     if mode == ForwardMode.DECODE and torch.get_num_threads() > 1:
         assert plan.tasks.shape[0] > 1 and int(plan.tok_ptr[1]) > 1, "one decode request: its keys are split"
-    check(out, reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125),
-          torch.float32)
+    check(out, reference(q, pool, batch, 0.125), torch.float32)
 
 
 def test_broken_mask_or_merge_fails_the_check():
     """The checks above are sharp enough to catch an off-by-one mask or a merge that drops entries."""
-    pool, batch, q, rows = make_case(3, ForwardMode.EXTEND, 9, 3, 64, torch.float32, True)
-    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+    pool, batch, q = make_case(3, ForwardMode.EXTEND, 9, 3, 64, torch.float32, True)
+    ref = reference(q, pool, batch, 0.125)
     be = CpuBackend(pool)
     be.init_forward_metadata(batch)
     good = be.attend(q, None, None, 0, 0.125, batch)
@@ -156,10 +120,10 @@ def test_broken_mask_or_merge_fails_the_check():
 def test_dense_groups_match_the_reference(monkeypatch, dtype, d, heads, kv_heads, mode):
     """Shared prefixes computed by torch's flash attention and merged by the kernel."""
     monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
-    pool, batch, q, rows = make_case(17 + d + heads, mode, heads, kv_heads, d, dtype, True)
+    pool, batch, q = make_case(17 + d + heads, mode, heads, kv_heads, d, dtype, True)
     out, plan = run_cpu(pool, batch, q)
     assert plan.num_shared_groups == sum(not causal for *_, causal in plan.dense) > 0
-    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5)
+    ref = reference(q, pool, batch, d ** -0.5)
     check(out, ref, dtype)
     be = CpuBackend(pool)
     parts = be._dense_parts(q, 0, d ** -0.5, batch, plan)
@@ -194,9 +158,9 @@ def test_causal_dense_blocks_for_prompts_with_nothing_cached(monkeypatch):
     monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
     monkeypatch.setattr(cpu_backend, "AMX_BF16", -99)
     for dtype in (torch.float32, torch.bfloat16):
-        pool, batch, q, rows = make_case(23, ForwardMode.EXTEND, 9, 3, 64, dtype, False, n_req=12)
+        pool, batch, q = make_case(23, ForwardMode.EXTEND, 9, 3, 64, dtype, False, n_req=12)
         out, plan = run_cpu(pool, batch, q)
-        ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+        ref = reference(q, pool, batch, 0.125)
         check(out, ref, dtype)
         squares = [i for i, p in enumerate(batch.extend_prefix_lens_cpu) if p == 0]
         assert sum(causal for *_, causal in plan.dense) == len(squares) > 0
@@ -208,9 +172,9 @@ def test_with_amx_a_bf16_prompts_own_block_stays_in_the_kernel(monkeypatch):
     monkeypatch.setattr(cpu_backend, "DENSE_MIN_ROWS", 1)
     amx = int(torch.ops.radixserve_cpu.attention_bf16_mode(-1)) == cpu_backend.AMX_BF16
     for dtype in (torch.float32, torch.bfloat16):
-        pool, batch, q, rows = make_case(23, ForwardMode.EXTEND, 9, 3, 64, dtype, False, n_req=12)
+        pool, batch, q = make_case(23, ForwardMode.EXTEND, 9, 3, 64, dtype, False, n_req=12)
         out, plan = run_cpu(pool, batch, q)
-        check(out, reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125), dtype)
+        check(out, reference(q, pool, batch, 0.125), dtype)
         causal = sum(c for *_, c in plan.dense)
         assert causal == 0 if (amx and dtype == torch.bfloat16) else causal > 0
 
@@ -272,64 +236,6 @@ def test_failing_compile_reports_the_compiler_error(monkeypatch, tmp_path):
         cpu_native.reset_for_tests()
 
 
-def _bf16_mode(mode: int) -> int:
-    """Selects the kernel's path for bf16 pools (0 fp32 tiles, 1 AVX-512 bf16 tiles, 2 with AMX
-    blocks); returns the mode this build and CPU allow (capped)."""
-    return int(torch.ops.radixserve_cpu.attention_bf16_mode(mode))
-
-
-@pytest.fixture
-def bf16_mode():
-    best = _bf16_mode(2)
-
-    def use(path) -> None:
-        mode, dot = path if isinstance(path, tuple) else (path, False)
-        if _bf16_mode(mode) != mode:
-            pytest.skip(f"bf16 path {mode} is not available here (best: {best})")
-        if dot and int(torch.ops.radixserve_cpu.attention_bf16_dot(1)) != 1:
-            pytest.skip("this build has no AVX512-BF16 dot products")
-        DOT["on"] = dot
-
-    yield use
-    DOT["on"] = False
-    torch.ops.radixserve_cpu.attention_bf16_dot(0)
-    _bf16_mode(best)
-
-
-def make_lengths_case(prefix_lens, ext_lens, heads, kv_heads, d, dtype, seed=0, shared_prefix=0):
-    """A batch with the given cached/new lengths per request; the first ``shared_prefix`` slots
-    of every request with that many cached tokens are common (one shared group)."""
-    gen = torch.Generator().manual_seed(seed)
-    rng = random.Random(seed)
-    slots = 4000
-    pool = KVPool(slots, 1, kv_heads, d, dtype)
-    free = list(range(1, slots))
-    rng.shuffle(free)
-    common = [free.pop() for _ in range(shared_prefix)]
-    rows, new_slots = [], []
-    for p, n in zip(prefix_lens, ext_lens):
-        base = common[:p] if shared_prefix and p >= shared_prefix else []
-        base = base + [free.pop() for _ in range(p - len(base))]
-        new = [free.pop() for _ in range(n)]
-        rows.append(base + new)
-        new_slots += new
-    used = torch.tensor(sorted({s for r in rows for s in r}))
-    pool.k_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
-    pool.v_buffer[0][used] = torch.randn(len(used), kv_heads, d, generator=gen).to(dtype)
-    table = torch.zeros(len(rows), max(len(r) for r in rows) + 3, dtype=torch.int32)
-    for i, r in enumerate(rows):
-        table[i, : len(r)] = torch.tensor(r, dtype=torch.int32)
-    t = sum(ext_lens)
-    q = torch.randn(t, heads, d, generator=gen).to(dtype)
-    pre, lens = torch.tensor(prefix_lens), torch.tensor(ext_lens)
-    mode = ForwardMode.DECODE if all(n == 1 for n in ext_lens) else ForwardMode.EXTEND
-    positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, ext_lens)])
-    batch = ForwardBatch(mode, torch.zeros(t, dtype=torch.long), positions, torch.tensor(new_slots),
-                         torch.arange(len(rows)), pre + lens, pre, lens, torch.cumsum(lens, 0) - lens, table,
-                         (pre + lens).tolist(), list(prefix_lens), list(ext_lens))
-    return pool, batch, q, rows
-
-
 # key counts around the 16-key halves and 32-key tiles, one key, nothing cached; new-token
 # counts whose query rows (x 3 or x 8 heads per KV head) fill AMX blocks of 16 partly
 EDGE_PREFIX = [0, 0, 14, 15, 16, 31, 32, 33, 47, 64, 95, 130]
@@ -348,28 +254,27 @@ def test_bf16_paths_on_tile_edges(bf16_mode, path, d, heads, kv_heads, shared):
     """Every bf16-pool path against the fp64 reference on key counts that end inside a tile,
     a single key, prefix 0, and AMX row blocks with a remainder."""
     bf16_mode(path)
-    pool, batch, q, rows = make_lengths_case(EDGE_PREFIX, EDGE_NEW, heads, kv_heads, d, torch.bfloat16, seed=d + heads,
-                                             shared_prefix=32 if shared else 0)
+    pool, batch, q = make_lengths_case(EDGE_PREFIX, EDGE_NEW, heads, kv_heads, d, torch.bfloat16, seed=d + heads,
+                                       shared_prefix=32 if shared else 0)
     out, plan = run_cpu(pool, batch, q)
     assert (plan.num_shared_groups > 0) == shared
-    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5)
+    ref = reference(q, pool, batch, d ** -0.5)
     err = (out.double() - ref).abs().max().item()
     assert err <= 1e-2, f"max abs error {err:.3g}: well inside the bf16 tolerance expected"
     # decode alone (3 or 8 query rows per task, the unshared-decode shape)
     dec = [1] * len(EDGE_PREFIX)
-    pool, batch, q, rows = make_lengths_case([p + 1 for p in EDGE_PREFIX], dec, heads, kv_heads, d, torch.bfloat16,
-                                             seed=7 + d, shared_prefix=32 if shared else 0)
+    pool, batch, q = make_lengths_case([p + 1 for p in EDGE_PREFIX], dec, heads, kv_heads, d, torch.bfloat16,
+                                       seed=7 + d, shared_prefix=32 if shared else 0)
     out, _ = run_cpu(pool, batch, q)
-    check(out, reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5),
-          torch.bfloat16)
+    check(out, reference(q, pool, batch, d ** -0.5), torch.bfloat16)
 
 
 @pytest.mark.parametrize("path", BF16_PATHS, ids=BF16_IDS)
 def test_bf16_paths_agree_and_a_broken_mask_fails(bf16_mode, path):
     """The bf16 paths agree with one another to bf16 rounding, and the reference check catches
     an off-by-one causal mask on each of them."""
-    pool, batch, q, rows = make_case(5, ForwardMode.EXTEND, 9, 3, 64, torch.bfloat16, True)
-    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+    pool, batch, q = make_case(5, ForwardMode.EXTEND, 9, 3, 64, torch.bfloat16, True)
+    ref = reference(q, pool, batch, 0.125)
     bf16_mode(path)  # skips an unavailable path
     bf16_mode(0)
     base, plan = run_cpu(pool, batch, q)

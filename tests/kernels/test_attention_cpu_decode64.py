@@ -12,8 +12,11 @@ import torch
 
 from radixserve.attention.cpu_backend import CpuBackend
 from radixserve.attention.torch_native import TorchNativeBackend
+from radixserve.kernels import cpu_native
 
-from tests.kernels.test_attention_cpu import bf16_mode, check, make_lengths_case, reference  # noqa: F401 (fixture)
+from tests.helpers.cpu_attention import check, make_lengths_case, reference
+
+pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: test_attention_cpu.py covers the fallback")
 
 
 def decode_case(d: int, dtype: torch.dtype, seed: int, bsz: int = 64):
@@ -38,10 +41,10 @@ def step_out(pool, batch, q):
 def test_batch64_decode_matches_reference_and_torch_native(bf16_mode, dtype, path):
     if path is not None:
         bf16_mode(path)
-    pool, batch, q, rows = decode_case(64, dtype, seed=3)
+    pool, batch, q = decode_case(64, dtype, seed=3)
     out, plan = step_out(pool, batch, q)
     assert plan.tasks.shape[0] == 64  # one task a request: no split, no shared group
-    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+    ref = reference(q, pool, batch, 0.125)
     check(out, ref, dtype)
     tn = TorchNativeBackend(pool)
     tn.init_forward_metadata(batch)
@@ -53,22 +56,21 @@ def test_repeated_calls_with_other_head_sizes_between(dtype):
     """D = 64, then 128, then 80 (the generic path), then 64 again in one process: each call
     matches the reference whatever the thread's scratch held before."""
     for i, d in enumerate((64, 128, 80, 64)):
-        pool, batch, q, rows = decode_case(d, dtype, seed=10 + i, bsz=16)
+        pool, batch, q = decode_case(d, dtype, seed=10 + i, bsz=16)
         out, _ = step_out(pool, batch, q)
-        check(out, reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, d ** -0.5),
-              dtype)
+        check(out, reference(q, pool, batch, d ** -0.5), dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_a_plan_missing_each_last_key_fails_the_check(dtype):
     """Each task's key range cut by one (the token's own key left out): the reference check
     must fail, so the decode tests above can tell a lost key from rounding."""
-    pool, batch, q, rows = decode_case(64, dtype, seed=5)
+    pool, batch, q = decode_case(64, dtype, seed=5)
     be = CpuBackend(pool)
     be.init_forward_metadata(batch)
     attend = be.step_attention(batch, q.shape[1])
     plan = batch.attn_metadata
-    ref = reference(q, pool, rows, batch.extend_prefix_lens_cpu, batch.extend_seq_lens_cpu, 0.125)
+    ref = reference(q, pool, batch, 0.125)
     check(attend(q, 0, 0.125).clone(), ref, dtype)
     plan.tasks[:, 2] -= 1  # the bound step function holds this very tensor
     with pytest.raises(AssertionError):

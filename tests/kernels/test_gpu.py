@@ -8,8 +8,9 @@ tests/kernels/test_kernels.py sets TRITON_INTERPRET=1 for its whole process (its
 the CPU interpreter), so this module refuses to run in a process where that is set.
 Skipped cleanly without CUDA; the flashinfer tests also skip without flashinfer.
 
-Every check also compares against an fp32 loop-over-requests reference computed from
-the very values in the pool, so a failure says which side is off.
+Every check also compares against the fp32 loop-over-requests reference
+(tests/helpers/attention_reference.py) computed from the very values in the pool, so a
+failure says which side is off.
 """
 import math
 import os
@@ -32,9 +33,11 @@ def _not_interpreted():
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         pytest.skip(_SEPARATE)
 
-from radixserve.attention.base import ForwardBatch, ForwardMode
+from radixserve.attention.base import ForwardMode
 from radixserve.attention.torch_native import TorchNativeBackend
-from radixserve.mem_cache.kv_pool import KVPool
+
+from tests.helpers.attention_cases import assert_close, clone_pool, paged_batch, random_pool, random_qkv
+from tests.helpers.attention_reference import attention_reference
 
 DEV = torch.device("cuda")
 # Against the fp32 reference (kernels accumulate in fp32; bf16/fp16 round P and the output).
@@ -48,27 +51,7 @@ NUM_LAYERS = 2
 
 
 def _close(out, ref, dtype, what, scale=1.0):
-    tol = {k: v * scale for k, v in TOL[dtype].items()}
-    torch.testing.assert_close(out.float(), ref.float(), **tol,
-                               msg=lambda m: f"{what} ({dtype}, atol={tol['atol']}, rtol={tol['rtol']}): {m}")
-
-
-def _batch(mode, req_to_token, rows, prefix, ext, out_loc):
-    seq = [p + e for p, e in zip(prefix, ext)]
-    e = torch.tensor(ext, device=DEV)
-    return ForwardBatch(
-        mode=mode,
-        input_ids=torch.zeros(sum(ext), dtype=torch.int64, device=DEV),
-        positions=torch.cat([torch.arange(p, s) for p, s in zip(prefix, seq)]).to(DEV),
-        out_cache_loc=out_loc.to(DEV),
-        req_pool_indices=rows.to(DEV),
-        seq_lens=torch.tensor(seq, device=DEV),
-        extend_prefix_lens=torch.tensor(prefix, device=DEV),
-        extend_seq_lens=e,
-        extend_start_loc=torch.cumsum(e, 0) - e,
-        req_to_token=req_to_token,
-        seq_lens_cpu=seq, extend_prefix_lens_cpu=list(prefix), extend_seq_lens_cpu=list(ext),
-    )
+    assert_close(out, ref, what, **{k: v * scale for k, v in TOL[dtype].items()})
 
 
 def make_steps(prefix, ext, num_kv_heads, head_dim, dtype, seed):
@@ -78,10 +61,7 @@ def make_steps(prefix, ext, num_kv_heads, head_dim, dtype, seed):
     bsz = len(prefix)
     final = [p + e + 1 for p, e in zip(prefix, ext)]
     num_slots = sum(final) + 1 + 64
-    pool = KVPool(num_slots, NUM_LAYERS, num_kv_heads, head_dim, dtype, DEV)
-    for layer in range(NUM_LAYERS):
-        pool.k_buffer[layer].copy_(torch.randn(pool.k_buffer[layer].shape, generator=g))
-        pool.v_buffer[layer].copy_(torch.randn(pool.v_buffer[layer].shape, generator=g))
+    pool = random_pool(num_slots, NUM_LAYERS, num_kv_heads, head_dim, dtype, g, DEV)
     slots = torch.randperm(num_slots - 1, generator=g)[: sum(final)] + 1
     rows = torch.randperm(bsz + 5, generator=g)[:bsz]
     r2t = torch.zeros((bsz + 5, max(final) + 8), dtype=torch.int32)
@@ -92,33 +72,10 @@ def make_steps(prefix, ext, num_kv_heads, head_dim, dtype, seed):
         dec_loc.append(slots[off + final[i] - 1: off + final[i]])
         off += final[i]
     r2t = r2t.to(DEV)
-    extend = _batch(ForwardMode.EXTEND, r2t, rows, prefix, ext, torch.cat(ext_loc))
+    extend = paged_batch(ForwardMode.EXTEND, r2t, rows, prefix, ext, torch.cat(ext_loc))
     seq = [p + e for p, e in zip(prefix, ext)]
-    decode = _batch(ForwardMode.DECODE, r2t, rows, seq, [1] * bsz, torch.cat(dec_loc))
+    decode = paged_batch(ForwardMode.DECODE, r2t, rows, seq, [1] * bsz, torch.cat(dec_loc))
     return pool, extend, decode, g
-
-
-def ref_attention(q, k_buf, v_buf, b, scaling):
-    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    group = q.shape[1] // k_buf.shape[1]
-    for i in range(b.batch_size):
-        row = b.req_to_token[b.req_pool_indices[i], : b.seq_lens_cpu[i]].long()
-        keys = k_buf[row].float().repeat_interleave(group, 1)
-        vals = v_buf[row].float().repeat_interleave(group, 1)
-        s0, n = int(b.extend_start_loc[i]), b.extend_seq_lens_cpu[i]
-        sc = torch.einsum("qhd,khd->hqk", q[s0: s0 + n].float(), keys) * scaling
-        pos = b.extend_prefix_lens_cpu[i] + torch.arange(n, device=q.device)
-        sc = sc.masked_fill(torch.arange(len(row), device=q.device)[None, None, :] > pos[None, :, None], float("-inf"))
-        out[s0: s0 + n] = torch.einsum("hqk,khd->qhd", sc.softmax(-1), vals)
-    return out
-
-
-def clone_pool(pool):
-    other = KVPool(pool.num_slots, pool.num_layers, pool.num_kv_heads, pool.head_dim, pool.dtype, DEV)
-    for layer in range(pool.num_layers):
-        other.k_buffer[layer].copy_(pool.k_buffer[layer])
-        other.v_buffer[layer].copy_(pool.v_buffer[layer])
-    return other
 
 
 def run_and_compare(make_backend, gqa, head_dim, dtype, seed, prefix, ext):
@@ -133,9 +90,7 @@ def run_and_compare(make_backend, gqa, head_dim, dtype, seed, prefix, ext):
         native.init_forward_metadata(b)
         native_meta = b.attn_metadata
         for layer in range(NUM_LAYERS):
-            q = torch.randn((b.num_tokens, num_heads, head_dim), generator=g).to(DEV, dtype)
-            k = torch.randn((b.num_tokens, num_kv_heads, head_dim), generator=g).to(DEV, dtype)
-            v = torch.randn((b.num_tokens, num_kv_heads, head_dim), generator=g).to(DEV, dtype)
+            q, k, v = random_qkv(b.num_tokens, num_heads, num_kv_heads, head_dim, dtype, g, DEV)
             b.attn_metadata = meta
             out = be.forward(q, k, v, layer, scaling, b)
             b.attn_metadata = native_meta
@@ -145,7 +100,7 @@ def run_and_compare(make_backend, gqa, head_dim, dtype, seed, prefix, ext):
             for name in ("k_buffer", "v_buffer"):
                 assert torch.equal(getattr(pool, name)[layer], getattr(native_pool, name)[layer]), (
                     f"{name}[{layer}] after {b.mode.name}: stored KV differs from KVPool.set_kv (exact)")
-            ref = ref_attention(q, pool.k_buffer[layer], pool.v_buffer[layer], b, scaling)
+            ref = attention_reference(q, pool.k_buffer[layer], pool.v_buffer[layer], b, scaling)
             what = f"{type(be).__name__} {b.mode.name} layer {layer}"
             _close(out, ref, dtype, what + " vs fp32 reference")
             # torch_native on CUDA computes in the pool dtype: allow both sides' rounding.

@@ -5,7 +5,7 @@ radixserve.kernels is imported, so it is set at the very top of this module.  It
 into the rest of this pytest process: on a CUDA machine run tests/kernels/test_gpu.py in its own
 process (``pytest tests/kernels/test_gpu.py``), never together with this module.
 
-Oracles: a per-request loop in plain torch (``ref_attention``, fp32 math) and
+Oracles: the per-request loop of tests/helpers/attention_reference.py (fp32 math) and
 TorchNativeBackend.  Slot 0 is the padding slot; request slots are a random permutation
 of 1..S-1 so the paging (req_to_token indirection) is exercised.
 """
@@ -27,12 +27,15 @@ import torch
 for _name in [m for m in sys.modules if m == "radixserve.kernels" or m.startswith("radixserve.kernels.")]:
     del sys.modules[_name]
 
-from radixserve.attention.base import ForwardBatch, ForwardMode
+from radixserve.attention.base import ForwardMode
 from radixserve.attention.registry import create_attention_backend
 from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.attention.triton_backend import TritonBackend
 from radixserve.kernels import decode_attention_fwd, extend_attention_fwd, store_kv
 from radixserve.mem_cache.kv_pool import KVPool
+
+from tests.helpers.attention_cases import assert_close, clone_pool, paged_batch, random_pool, random_qkv
+from tests.helpers.attention_reference import attention_reference
 
 # bf16 works under the interpreter (loads/stores/casts are exact); the kernels upcast the
 # tl.dot operands to fp32 there because triton 3.9's interpreter multiplies bf16 bit
@@ -49,11 +52,7 @@ HEADS = {1: (2, 2), 3: (6, 2), 8: (8, 1)}
 
 
 def _assert_close(out, ref, dtype, what):
-    tol = TOL[dtype]
-    torch.testing.assert_close(
-        out.float(), ref.float(), **tol,
-        msg=lambda m: f"{what} ({dtype}, atol={tol['atol']}, rtol={tol['rtol']}): {m}",
-    )
+    assert_close(out, ref, what, **TOL[dtype])
 
 
 def make_batch(prefix_lens, ext_lens, num_kv_heads, head_dim, dtype, mode=ForwardMode.EXTEND,
@@ -67,69 +66,37 @@ def make_batch(prefix_lens, ext_lens, num_kv_heads, head_dim, dtype, mode=Forwar
     bsz = len(prefix_lens)
     seq_lens = [p + e for p, e in zip(prefix_lens, ext_lens)]
     num_slots = sum(seq_lens) + 1 + 7  # + padding slot 0 + a few never-used slots
-    pool = KVPool(num_slots, num_layers, num_kv_heads, head_dim, dtype)
-    for layer in range(num_layers):
-        pool.k_buffer[layer].copy_(torch.randn(pool.k_buffer[layer].shape, generator=gen))
-        pool.v_buffer[layer].copy_(torch.randn(pool.v_buffer[layer].shape, generator=gen))
+    pool = random_pool(num_slots, num_layers, num_kv_heads, head_dim, dtype, gen)
     slots = torch.randperm(num_slots - 1, generator=gen)[: sum(seq_lens)] + 1
     rows = torch.randperm(2 * bsz + 3, generator=gen)[:bsz]
     req_to_token = torch.zeros((2 * bsz + 3, MAX_CTX), dtype=torch.int32)
-    off, out_loc, positions = 0, [], []
+    off, out_loc = 0, []
     for i in range(bsz):
         req_to_token[rows[i], : seq_lens[i]] = slots[off: off + seq_lens[i]].to(torch.int32)
         out_loc.append(slots[off + prefix_lens[i]: off + seq_lens[i]])
-        positions.append(torch.arange(prefix_lens[i], seq_lens[i]))
         off += seq_lens[i]
-    ext = torch.tensor(ext_lens, dtype=torch.int64)
-    num_tokens = int(ext.sum())
-    batch = ForwardBatch(
-        mode=mode,
-        input_ids=torch.zeros(num_tokens, dtype=torch.int64),
-        positions=torch.cat(positions),
-        out_cache_loc=torch.cat(out_loc).to(torch.int64),
-        req_pool_indices=rows.to(torch.int64),
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int64),
-        extend_prefix_lens=torch.tensor(prefix_lens, dtype=torch.int64),
-        extend_seq_lens=ext,
-        extend_start_loc=torch.cumsum(ext, 0) - ext,
-        req_to_token=req_to_token,
-        seq_lens_cpu=list(seq_lens),
-        extend_prefix_lens_cpu=list(prefix_lens),
-        extend_seq_lens_cpu=list(ext_lens),
-    )
-    return pool, batch, gen
+    return pool, paged_batch(mode, req_to_token, rows, prefix_lens, ext_lens, torch.cat(out_loc)), gen
 
 
 def qkv(batch, num_heads, num_kv_heads, head_dim, dtype, gen):
-    t = batch.num_tokens
-    q = torch.randn((t, num_heads, head_dim), generator=gen).to(dtype)
-    k = torch.randn((t, num_kv_heads, head_dim), generator=gen).to(dtype)
-    v = torch.randn((t, num_kv_heads, head_dim), generator=gen).to(dtype)
-    return q, k, v
+    return random_qkv(batch.num_tokens, num_heads, num_kv_heads, head_dim, dtype, gen)
 
 
-def ref_attention(q, k_buf, v_buf, batch, scaling):
-    """Loop-over-requests oracle, fp32; K/V of the new tokens must already be stored."""
-    out = torch.empty(q.shape, dtype=torch.float32)
-    group = q.shape[1] // k_buf.shape[1]
-    for i in range(batch.batch_size):
-        row = batch.req_to_token[batch.req_pool_indices[i], : batch.seq_lens_cpu[i]].long()
-        keys = k_buf[row].float().repeat_interleave(group, 1)
-        vals = v_buf[row].float().repeat_interleave(group, 1)
-        s0, n = int(batch.extend_start_loc[i]), batch.extend_seq_lens_cpu[i]
-        scores = torch.einsum("qhd,khd->hqk", q[s0: s0 + n].float(), keys) * scaling
-        pos = batch.extend_prefix_lens_cpu[i] + torch.arange(n)
-        scores = scores.masked_fill(torch.arange(len(row))[None, None, :] > pos[None, :, None], float("-inf"))
-        out[s0: s0 + n] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vals)
-    return out
-
-
-def clone_pool(pool):
-    other = KVPool(pool.num_slots, pool.num_layers, pool.num_kv_heads, pool.head_dim, pool.dtype)
-    for layer in range(pool.num_layers):
-        other.k_buffer[layer].copy_(pool.k_buffer[layer])
-        other.v_buffer[layer].copy_(pool.v_buffer[layer])
-    return other
+def kernel_vs_references(name, kernel, pool, batch, gen, gqa, head_dim, dtype):
+    """Random q/k/v of the step, k/v stored by ``store_kv``, then ``kernel(q, k, v, out,
+    scaling)`` against the loop reference and torch_native (on the pool as it was before)."""
+    num_heads, num_kv_heads = HEADS[gqa]
+    q, k, v = qkv(batch, num_heads, num_kv_heads, head_dim, dtype, gen)
+    scaling = 1.0 / math.sqrt(head_dim)
+    native_pool = clone_pool(pool)
+    store_kv(k, v, pool.k_buffer[0], pool.v_buffer[0], batch.out_cache_loc)
+    out = torch.empty_like(q)
+    kernel(q, k, v, out, scaling)
+    _assert_close(out, attention_reference(q, pool.k_buffer[0], pool.v_buffer[0], batch, scaling), dtype,
+                  f"{name} vs loop reference")
+    native = TorchNativeBackend(native_pool)
+    native.init_forward_metadata(batch)
+    _assert_close(out, native.forward(q, k, v, 0, scaling, batch), dtype, f"{name} vs torch_native")
 
 
 # Mixed prefixes (including 0), mixed new lengths (1 and > one 16-block).
@@ -174,49 +141,35 @@ def test_store_kv(dtype):
 
 @pytest.mark.parametrize("gqa,head_dim,dtype", EXTEND_PARAMS)
 def test_extend_kernel(gqa, head_dim, dtype):
-    num_heads, num_kv_heads = HEADS[gqa]
     seed = gqa + head_dim
-    pool, batch, gen = make_batch(*random_lens(seed), num_kv_heads, head_dim, dtype, seed=seed)
-    q, k, v = qkv(batch, num_heads, num_kv_heads, head_dim, dtype, gen)
-    scaling = 1.0 / math.sqrt(head_dim)
-    native_pool = clone_pool(pool)
-    store_kv(k, v, pool.k_buffer[0], pool.v_buffer[0], batch.out_cache_loc)
-    out = torch.empty_like(q)
-    extend_attention_fwd(
-        q, k, v, out, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token,
-        batch.req_pool_indices, batch.seq_lens, batch.extend_prefix_lens, batch.extend_seq_lens,
-        batch.extend_start_loc, max(batch.extend_seq_lens_cpu), scaling, block_m=16, block_n=16,
-    )
-    _assert_close(out, ref_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch, scaling), dtype,
-                  "extend kernel vs loop reference")
-    native = TorchNativeBackend(native_pool)
-    native.init_forward_metadata(batch)
-    _assert_close(out, native.forward(q, k, v, 0, scaling, batch), dtype, "extend kernel vs torch_native")
+    pool, batch, gen = make_batch(*random_lens(seed), HEADS[gqa][1], head_dim, dtype, seed=seed)
+
+    def extend(q, k, v, out, scaling):
+        extend_attention_fwd(
+            q, k, v, out, pool.k_buffer[0], pool.v_buffer[0], batch.req_to_token,
+            batch.req_pool_indices, batch.seq_lens, batch.extend_prefix_lens, batch.extend_seq_lens,
+            batch.extend_start_loc, max(batch.extend_seq_lens_cpu), scaling, block_m=16, block_n=16,
+        )
+
+    kernel_vs_references("extend kernel", extend, pool, batch, gen, gqa, head_dim, dtype)
 
 
 @pytest.mark.parametrize("gqa,head_dim,dtype", EXTEND_PARAMS)
 def test_decode_kernel(gqa, head_dim, dtype):
-    num_heads, num_kv_heads = HEADS[gqa]
     seed = 10 + gqa + head_dim
     seq = random_decode_lens(seed)
     # 1..4 KV splits per request (max 4); the 1-token context gets 4: three empty splits.
     splits = [4 if n == 1 else 1 + (n + i) % 4 for i, n in enumerate(seq)]
-    pool, batch, gen = make_batch([n - 1 for n in seq], [1] * len(seq), num_kv_heads, head_dim, dtype,
+    pool, batch, gen = make_batch([n - 1 for n in seq], [1] * len(seq), HEADS[gqa][1], head_dim, dtype,
                                   mode=ForwardMode.DECODE, seed=seed)
-    q, k, v = qkv(batch, num_heads, num_kv_heads, head_dim, dtype, gen)
-    scaling = 1.0 / math.sqrt(head_dim)
-    native_pool = clone_pool(pool)
-    store_kv(k, v, pool.k_buffer[0], pool.v_buffer[0], batch.out_cache_loc)
-    out = torch.empty_like(q)
-    decode_attention_fwd(
-        q, pool.k_buffer[0], pool.v_buffer[0], out, batch.req_to_token, batch.req_pool_indices,
-        batch.seq_lens, torch.tensor(splits, dtype=torch.int32), 4, scaling, block_n=16, block_h=16,
-    )
-    _assert_close(out, ref_attention(q, pool.k_buffer[0], pool.v_buffer[0], batch, scaling), dtype,
-                  "decode kernel vs loop reference")
-    native = TorchNativeBackend(native_pool)
-    native.init_forward_metadata(batch)
-    _assert_close(out, native.forward(q, k, v, 0, scaling, batch), dtype, "decode kernel vs torch_native")
+
+    def decode(q, k, v, out, scaling):
+        decode_attention_fwd(
+            q, pool.k_buffer[0], pool.v_buffer[0], out, batch.req_to_token, batch.req_pool_indices,
+            batch.seq_lens, torch.tensor(splits, dtype=torch.int32), 4, scaling, block_n=16, block_h=16,
+        )
+
+    kernel_vs_references("decode kernel", decode, pool, batch, gen, gqa, head_dim, dtype)
 
 
 @pytest.mark.parametrize("gqa,head_dim,dtype", [(3, 64, torch.float32), (8, 128, torch.bfloat16)])
@@ -255,22 +208,8 @@ def test_triton_backend_matches_torch_native(gqa, head_dim, dtype):
     seq = [n + 1 for n in batch.seq_lens_cpu]
     for i, s in enumerate(free):
         batch.req_to_token[batch.req_pool_indices[i], seq[i] - 1] = s
-    ones = torch.ones(batch.batch_size, dtype=torch.int64)
-    dec = ForwardBatch(
-        mode=ForwardMode.DECODE,
-        input_ids=torch.zeros(batch.batch_size, dtype=torch.int64),
-        positions=torch.tensor(seq) - 1,
-        out_cache_loc=torch.tensor(free, dtype=torch.int64),
-        req_pool_indices=batch.req_pool_indices,
-        seq_lens=torch.tensor(seq),
-        extend_prefix_lens=torch.tensor(seq) - 1,
-        extend_seq_lens=ones,
-        extend_start_loc=torch.arange(batch.batch_size),
-        req_to_token=batch.req_to_token,
-        seq_lens_cpu=seq,
-        extend_prefix_lens_cpu=[n - 1 for n in seq],
-        extend_seq_lens_cpu=[1] * batch.batch_size,
-    )
+    dec = paged_batch(ForwardMode.DECODE, batch.req_to_token, batch.req_pool_indices, [n - 1 for n in seq],
+                      [1] * batch.batch_size, free)
     meta = step(dec)
     assert meta.num_kv_splits.tolist() == [min(4, -(-n // 8)) for n in seq]
 
