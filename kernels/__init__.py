@@ -1,9 +1,18 @@
-"""Kernels for attention over the paged KV pool (page size 1).
+"""Kernels: attention over the paged KV pool (page size 1) and the native CPU ops.
 
-* Triton kernels (``decode_attention``, ``extend_attention``, ``kv_store``): importing them
-  requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU tensors (that is how
-  tests/kernels/test_kernels.py checks them).
-* ``cpu_native``: the native C++ CPU kernel, compiled on first use (no triton needed).
+Owns (tuning history in ``kernels/README.md``):
+
+* Triton kernels (``decode_attention``, ``extend_attention``, ``kv_store``; helpers in
+  ``_utils``): importing them requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU
+  tensors (that is how tests/kernels/test_kernels.py checks them).
+* ``cpu_native``: the native C++ library of ``cpu/*.cpp`` (paged attention, fused ops, int8 and
+  blocked linears, the layer stack, argmax) as ``torch.ops.radixserve_cpu``, compiled on first
+  use and cached (no triton needed); ``load()`` is False where it cannot build.
+
+Must not touch: anything of radixserve -- it imports none of it (``attention``, ``model`` and
+``worker`` call in); a kernel writes only its outputs and the KV slots it is handed (it
+never chooses or frees slots).  Public names: ``__all__`` (the Triton entry points, imported lazily: see
+below) and the ``cpu_native`` module, imported by name.
 
 Importable as ``radixserve.kernels`` (pyproject maps this folder there).  With the
 repository root on ``sys.path`` (``python -m ...`` run from it) this folder would also be

@@ -16,5 +16,9 @@ grammar libraries chosen at startup (``SchedulerConfig.grammar_backend``).
   (masks, ``Finish``, ``Jump``, rejected tokens) that the scheduler applies
 - ``protocols``: what this package reads from a request (it never imports the scheduler)
 
-Importing this package is cheap; nothing heavy loads until the first constrained request.
+Must not touch: the scheduler's requests, slots or outputs -- the manager returns decisions and
+the scheduler applies them (``scheduler/grammar_steps.py``); it imports only ``config`` and
+``request`` (never the scheduler, the worker or torch; masks are numpy).  Modules are imported
+directly; nothing is re-exported here.  Importing this package is cheap; nothing heavy loads
+until the first constrained request.
 """

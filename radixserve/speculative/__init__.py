@@ -11,6 +11,9 @@ Where each part runs:
   acceptance rules (greedy prefix match; rejection sampling at temperature > 0, so that
   the emitted tokens are distributed exactly as the target's own samples).
 
-This package sits between ``radixserve.model`` and ``radixserve.worker`` in the layers: it
-imports neither the scheduler nor the worker; both import it.
+Must not touch: a request's state, its KV slots or the prefix cache -- a proposal reads the
+cache only through the ``cached`` callback the scheduler passes to ``Speculator.propose``, and
+verdicts are return values the scheduler and the worker apply.  This package sits between
+``radixserve.model`` and ``radixserve.worker`` in the layers and imports nothing of radixserve;
+the scheduler and the worker import it.  Modules are imported directly; nothing is re-exported here.
 """
