@@ -9,32 +9,18 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
 from tests.helpers.chi2 import same_distribution
 from tests.helpers.spec_helpers import greedy_three_ways
 from tests.helpers.spec_helpers import spec_counts as _counts
-from tests.helpers.models import make_engine
+from tests.helpers.models import build_tiny_llama, make_engine
 from tests.helpers.models import random_prompts as _prompts
 
 
 def _tiny_llama(path: str, tok_dir: str, seed: int, tie: bool) -> str:
     """Tied embeddings sharpened as in conftest: the draft tends to repeat the last token, as
     the tiny target does; untied, its LM head is random and disagrees with the target."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tok = AutoTokenizer.from_pretrained(tok_dir)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
-                      rms_norm_eps=1e-5, tie_word_embeddings=tie, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(40.0)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_tiny_llama(tok_dir, path, hidden=32, layers=1, heads=2, kv_heads=1, seed=seed, tie=tie)
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,18 @@ import random
 import torch
 
 
-def build_tiny_llama(smol_dir: str, path: str) -> str:
-    """Save ``tiny_dir``'s model (seeded, so always the same weights) in ``path``; return it."""
+def build_tiny_llama(smol_dir: str, path: str, *, hidden: int = 64, layers: int = 2, heads: int = 4,
+                     kv_heads: int = 2, seed: int = 0, tie: bool = True) -> str:
+    """Save a random Llama with SmolLM2's tokenizer in ``path``; return it.  The defaults are
+    ``tiny_dir``'s model (seeded, so always the same weights); the MLP is twice ``hidden``."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(smol_dir)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id)
-    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=1024, rms_norm_eps=1e-5, tie_word_embeddings=tie,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).eval()
     # random init gives near-uniform logits; sharpen them so greedy ties are impossible
     with torch.no_grad():
