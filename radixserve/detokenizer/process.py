@@ -4,7 +4,8 @@ Per request it keeps an ``IncrementalDecoder`` (UTF-8 safe).  Contract for each 
 stream of ``ReqOutput``: the concatenated ``text`` deltas are always a prefix of the final
 text; text that might be the start of a stop string is held back until it is known not to
 be; the final message carries ``final_text``, the whole output with the matched stop
-string trimmed.  Messages other than ``BatchReqOutput`` pass through unchanged.
+string trimmed.  Messages other than ``BatchReqOutput`` pass through unchanged.  The process
+has nothing to save: the launcher's stop request (``radixserve.proc``) ends it at once.
 """
 from __future__ import annotations
 

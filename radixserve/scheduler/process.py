@@ -12,13 +12,14 @@ Loop contract:
   after returning the slots allocated for it.
 - With ``cache_persist_dir`` (warm restart, ``scheduler/cache_persist.py``): the persisted
   prefixes are restored before the process reports ready, saved every
-  ``cache_persist_interval`` s between steps, and SIGTERM ends the loop after the current
-  step (within ``IDLE_POLL_MS`` when idle) and saves them before the process exits.
+  ``cache_persist_interval`` s between steps, and the launcher's stop request
+  (``radixserve.proc.on_stop``) ends the loop after the current step (within ``IDLE_POLL_MS``
+  when idle) and saves them before the process exits.  Without it the stop request ends the
+  process at once.
 """
 from __future__ import annotations
 
 import logging
-import signal
 import time
 import traceback
 from typing import Any, Optional
@@ -30,7 +31,7 @@ from radixserve.config import EngineConfig
 from radixserve.ipc.server_link import (AbortReq, BatchReqOutput, ControlReply, ControlReq, ReqError,
                                         SchedulerStats, TokenizedRequest)
 from radixserve.ipc.zmq_utils import IPCAddrs, drain, make_socket, send_obj
-from radixserve.proc import setup_child
+from radixserve.proc import on_stop, setup_child
 from radixserve.scheduler.build import build_scheduler, new_req
 from radixserve.scheduler.cache_persist import CachePersister
 from radixserve.scheduler.outputs import take_output
@@ -57,7 +58,7 @@ class SchedulerLoop:
         self.finished: list[Req] = []
         self.sched.hooks.append(self.finished.append)
         self.last_stats = 0.0
-        self.stopping = False  # set by SIGTERM when the cache is persisted: leave the loop, then save
+        self.stopping = False  # set by the stop request when the cache is persisted: leave the loop, then save
         self.persister: Optional[CachePersister] = None
         if cfg.cache.persists:
             self.persister = CachePersister(self.sched.kv, self.worker, cfg.cache, self.info.kv_bytes_per_slot)
@@ -192,8 +193,8 @@ def run_scheduler(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn
     setup_child("scheduler", log_level, parent_pid)
     torch.set_num_threads(1)
     loop = SchedulerLoop(cfg, addrs, zmq.Context())
-    if loop.persister is not None:  # SIGTERM ends the loop after the current step; the cache is then saved
-        signal.signal(signal.SIGTERM, lambda *_: setattr(loop, "stopping", True))
+    if loop.persister is not None:  # the stop request ends the loop after the current step; then the save
+        on_stop(lambda: setattr(loop, "stopping", True))
     ready_conn.send(loop.info)
     ready_conn.close()
     loop.run()

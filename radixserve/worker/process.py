@@ -11,6 +11,9 @@ plan to the other ranks (``worker/tp/follower.py``) before stepping it, and a ke
 after every ``KEEPALIVE_S`` idle seconds, so that a dead rank is noticed while idle too; a
 failed collective (``PeerLost``) ends this process with exit code 1, which takes the
 server down as any dead worker does.  (Warm restart is refused with tp_size > 1.)
+
+Like every child (``radixserve.proc.setup_child``) it ignores SIGINT/SIGTERM: the launcher
+stops it after the scheduler's final save, and it exits when the launcher dies.
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
     from radixserve.worker.build import build_prefix_store, build_worker  # here: the scheduler imports this module
     from radixserve.worker.model_runner import resolve_device
 
-    tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: SIGTERM would leak it
+    tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: a killed process would leak it
     try:
         tp = join(cfg.parallel, 0, resolve_device(cfg.model.device))
         runner, info = build_worker(cfg, tp=tp)

@@ -2,8 +2,9 @@
 
 It has no link to the scheduler: rank 0 (``worker/process.py``) broadcasts each step plan
 and returns the results.  The rank exits with code 1 when a collective fails (rank 0 or
-another rank is gone, or ``dist_timeout`` passed without a plan or keep-alive), and like
-every child when the process that started it dies.
+another rank is gone, or ``dist_timeout`` passed without a plan or keep-alive), on its
+launcher's stop request, and like every child when the process that started it dies
+(``radixserve.proc``; it ignores SIGINT/SIGTERM).
 """
 from __future__ import annotations
 

@@ -7,21 +7,23 @@ node's other ranks, and returns a ``GroupWorker`` -- a ``RemoteWorker`` (same ``
 the caller's process never joins a ``torch.distributed`` group (several Engines may live in
 one process), and the Engine's scheduler is the unchanged one.  A rank that dies makes the
 next ``step`` raise ``WorkerDied`` (the Engine fails its pending requests); ``close`` stops
-every rank.  The ranks exit when the Engine's process dies.
+every rank (``radixserve.proc.Supervisor``; they also stop at interpreter exit).  The ranks
+ignore SIGINT/SIGTERM (a Ctrl-C is the caller's to handle) and exit when the Engine's process dies.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
+from typing import Optional
 
 import zmq
 
 from radixserve.config import EngineConfig
 from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs
+from radixserve.proc import Supervisor
 from radixserve.worker.remote import RemoteWorker
-from radixserve.worker.tp.group import RankProcs, start_followers, start_worker, with_rendezvous
+from radixserve.worker.tp.group import start_followers, start_worker, with_rendezvous
 
 STARTUP_GRACE_S = 600.0  # loading, on top of the rendezvous timeout
 
@@ -35,17 +37,21 @@ class GroupWorker(RemoteWorker):
         self.ipc_dir = tempfile.mkdtemp(prefix="radixserve-tp-")
         addrs = IPCAddrs.in_dir(self.ipc_dir)
         self.ctx = zmq.Context()
-        self.ranks = RankProcs({})
-        super().__init__(self.ctx, addrs, dead=self.ranks.dead)
+        self.ranks = Supervisor()
+        super().__init__(self.ctx, addrs, dead=self.dead_rank)
         try:
-            procs = {"worker": start_worker(cfg, log_level, addrs, os.getpid())}
-            procs.update(start_followers(cfg, log_level, os.getpid()))
-            self.ranks.add(procs)
+            start_worker(self.ranks, cfg, log_level, addrs)
+            start_followers(self.ranks, cfg, log_level)
             self.ranks.wait_ready(cfg.parallel.dist_timeout + STARTUP_GRACE_S)
             self.info = self.wait_ready()  # rank 0 sent it before reporting ready
         except BaseException:
             self.close()
             raise
+
+    def dead_rank(self) -> Optional[str]:
+        """How the first rank that exited did, else None."""
+        dead = self.ranks.dead()
+        return None if dead is None else str(dead)
 
     def close(self) -> None:
         """Stop every rank; idempotent."""

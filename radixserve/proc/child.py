@@ -1,9 +1,14 @@
-"""Child-process setup: logging, signals and the parent-death watchdog.
+"""The child side of a supervised process: logging, signals and the parent-death watchdog.
 
-Contract: after ``setup_child`` a child process exits (code 1) within about half a second
-of its parent's death, however the parent died, so nothing is ever orphaned.  Ctrl-C in
-the terminal reaches the whole process group; children ignore SIGINT and leave the
-orderly shutdown to the launcher, which sends SIGTERM (default action: exit at once).
+Contract: after ``setup_child`` a child process
+- exits (code 1) within about half a second of its parent's death, however the parent died
+  (``PR_SET_PDEATHSIG`` plus a watchdog thread), so nothing is ever orphaned;
+- ignores SIGINT, SIGTERM and SIGHUP: a terminal's Ctrl-C, ``kill -TERM -- -PGID`` or
+  systemd's ``KillMode=control-group`` reach the whole process group, but only the launcher
+  acts on them; it alone decides the order of the shutdown (``supervisor.py``);
+- ends at once on ``STOP_SIGNAL`` (SIGUSR1, the supervisor's stop request; default action),
+  unless it registered ``on_stop`` to finish something first (the scheduler's final save of
+  the prefix cache).  The supervisor SIGKILLs a child that is still there after its grace.
 """
 from __future__ import annotations
 
@@ -13,6 +18,10 @@ import os
 import signal
 import threading
 import time
+from typing import Callable
+
+STOP_SIGNAL = signal.SIGUSR1
+IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the supervisor blocks them across the spawn
 
 
 def configure_logging(level: str, name: str) -> None:
@@ -51,13 +60,21 @@ def start_parent_watchdog(parent_pid: int, interval: float = 0.5) -> None:
 
 
 def setup_child(name: str, log_level: str, parent_pid: int) -> None:
+    """Call first thing in a child's entry point (see the module contract)."""
     _set_pdeathsig()
     if os.getppid() != parent_pid:  # the parent died before we got here
         os._exit(1)
     set_process_name(f"rs-{name}")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # SIGTERM keeps its default action: a Python-level handler would only run once the main
-    # thread leaves a blocking zmq call, which a signal delivered to another thread never ends.
+    for sig in IGNORED_SIGNALS:  # ignoring discards one already pending
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED_SIGNALS)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     configure_logging(log_level, name)
     start_parent_watchdog(parent_pid)
+
+
+def on_stop(callback: Callable[[], None]) -> None:
+    """Run ``callback`` on the supervisor's stop request instead of ending at once.  Python runs
+    it in the main thread between bytecodes, so only a child whose main thread never blocks
+    for long (the scheduler's loop polls with a timeout) should use it; it must not raise."""
+    signal.signal(STOP_SIGNAL, lambda *_: callback())
