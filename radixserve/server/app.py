@@ -1,4 +1,4 @@
-"""FastAPI app: the native SGLang-compatible routes (the OpenAI routes live in openai_api.py).
+"""FastAPI app: the native SGLang-compatible routes (the OpenAI routes live in openai/routes.py).
 
 POST /generate returns {text, output_ids, meta_info} (a list for batched input or n > 1)
 or, with ``stream``, SSE chunks ``data: {...}`` with cumulative text and an ``index``,

@@ -2,7 +2,7 @@
 
 Formats (``FORMATS``):
 - ``hermes``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (Hermes 2 Pro,
-  Qwen 2.5, and radixserve's default rendering, see tool_prompt.py);
+  Qwen 2.5, and radixserve's default rendering, see prompt.py);
 - ``llama3``: the whole message is ``{"name": ..., "parameters": {...}}`` (calls separated by
   ``;``), optionally after ``<|python_tag|>``;
 - ``mistral``: ``[TOOL_CALLS]`` then a JSON array of ``{"name", "arguments"}`` objects;

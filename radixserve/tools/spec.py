@@ -2,7 +2,7 @@
 
 - ``none`` (the default without tools): no tools in the prompt, no constraint, no parsing;
 - ``auto`` (the default with tools): tools in the prompt, free generation, calls parsed from
-  the text in the chat template's format (tool_parsers.py);
+  the text in the chat template's format (radixserve/tools/parsers.py);
 - ``required``: the output is constrained (``json_schema``) to a call of one of the tools:
   ``{"name": <const>, "arguments": <the function's parameters schema>}``, or with
   ``parallel_tool_calls`` (OpenAI's default: true) a non-empty array of such calls;

@@ -1,13 +1,13 @@
 """POST /v1/chat/completions, with tool calling.
 
 Messages are rendered with the model's chat template (chat_encoder.py; ``role: tool`` with
-``tool_call_id`` and assistant ``tool_calls`` included, see tool_prompt.py for the default
+``tool_call_id`` and assistant ``tool_calls`` included, see radixserve/tools/prompt.py for the default
 rendering).  ``tools``/``tool_choice``/``parallel_tool_calls`` make a ``ToolPlan``
-(tool_spec.py): ``required`` and a named function constrain the output with a
+(radixserve/tools/spec.py): ``required`` and a named function constrain the output with a
 ``json_schema`` built from the functions' parameters, ``auto`` parses calls from free text
-(tool_parsers.py).  A choice with calls has ``message.tool_calls`` (``content`` is the text
+(radixserve/tools/parsers.py).  A choice with calls has ``message.tool_calls`` (``content`` is the text
 before the first call, or null) and ``finish_reason: "tool_calls"``; streamed, the calls
-come as ``delta.tool_calls`` entries (tool_stream.py), and in ``auto`` mode text that may
+come as ``delta.tool_calls`` entries (radixserve/tools/stream.py), and in ``auto`` mode text that may
 still become a call marker is held back.  Errors name the field (``tools.0.function.
 parameters: ...``, ``tool_choice: ...``, ``messages.2.tool_call_id: ...``).
 """

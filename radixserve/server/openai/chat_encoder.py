@@ -5,7 +5,7 @@ Only transformers' tokenizer renders a model's chat template, and importing tran
 once the server is up; the first chat request waits for it if it is not ready yet.  The
 rendered text is tokenized with the server's own (light) tokenizer, whose ids are the same.
 Tools and tool messages: the template's own format when it has one, else the Hermes default
-(tool_prompt.py).
+(radixserve/tools/prompt.py).
 """
 from __future__ import annotations
 
@@ -50,14 +50,14 @@ class ChatEncoder:
         return await asyncio.shield(self._hf)
 
     async def tool_format(self) -> str:
-        """The tool-call format of the model's template (tool_parsers.py), "hermes" when the
+        """The tool-call format of the model's template (radixserve/tools/parsers.py), "hermes" when the
         template has no tool support (the default rendering, tool_prompt.py)."""
         return detect_format(getattr(await self._tokenizer(), "chat_template", None)) or "hermes"
 
     async def encode(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
         """Token ids of ``messages`` under the model's chat template (generation prompt added),
         with ``tools`` (OpenAI tool dicts) rendered in the template's own way when it has one,
-        else as tool_prompt.py's Hermes default; RequestError(400) naming ``messages`` when the
+        else as radixserve/tools/prompt.py's Hermes default; RequestError(400) naming ``messages`` when the
         template refuses them."""
         tok = await self._tokenizer()
         kw: dict[str, Any] = {}

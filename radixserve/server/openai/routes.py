@@ -1,11 +1,11 @@
-"""OpenAI-compatible routes: /v1/models, /v1/completions (/v1/chat/completions: openai_chat.py).
+"""OpenAI-compatible routes: /v1/models, /v1/completions (/v1/chat/completions: chat.py).
 
 ``response_format`` ``{"type": "json_object"}`` constrains the output to a JSON object,
 ``{"type": "json_schema", "json_schema": {"schema": ...}}`` to the schema (SGLang's ``regex``
 extension is accepted too).  Choices are ordered prompt-major (choice ``i * n + j`` is copy j of prompt i); usage
 counts each prompt once and reports ``prompt_tokens_details.cached_tokens``.  Errors use
 OpenAI's names for the fields (``max_tokens``, ``prompt``, ``messages``...).  ``echo`` and
-prompt logprobs on /v1/completions: see ``openai_completion_view.py``.
+prompt logprobs on /v1/completions: see ``completion_view.py``.
 """
 from __future__ import annotations
 
