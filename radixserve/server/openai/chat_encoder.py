@@ -51,7 +51,7 @@ class ChatEncoder:
 
     async def tool_format(self) -> str:
         """The tool-call format of the model's template (radixserve/tools/parsers.py), "hermes" when the
-        template has no tool support (the default rendering, tool_prompt.py)."""
+        template has no tool support (the default rendering, radixserve/tools/prompt.py)."""
         return detect_format(getattr(await self._tokenizer(), "chat_template", None)) or "hermes"
 
     async def encode(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
