@@ -3,7 +3,10 @@ the tiny random Llama, Engine construction with test defaults, HF greedy/logprob
 random prompts with a shared system prefix.  Fixtures built on them live in tests/conftest.py."""
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -39,14 +42,28 @@ def walk(node: dict) -> list[dict]:
     return out
 
 
+def pinned_dense_kernel(path: Optional[str], device: str = "cpu") -> str:
+    """The dense-linear path the tests pin for a model, never the one a timing would pick:
+    plain ``F.linear`` for the tiny random models (a few 64-wide matrices), oneDNN-packed
+    weights for real ones (SmolLM2) wherever this torch build can pack on the CPU, plain
+    elsewhere.  The choice rests on the model's shape and the build's capabilities alone, so a
+    given checkout and torch run the same path on every machine; tests of one path ask for it
+    by name."""
+    from radixserve.model.packed_linear import available
+
+    cfg = Path(path) / "config.json" if path else None
+    hidden = json.loads(cfg.read_text()).get("hidden_size", 0) if cfg is not None and cfg.is_file() else None
+    tiny = hidden is not None and hidden < 256
+    return "packed" if device == "cpu" and not tiny and available(torch.float32) else "plain"
+
+
 def make_engine(path: str, **kw):
-    """An Engine with the test defaults: fp32 on plain ``F.linear`` weights (``dense_kernel``
-    pinned, so no test depends on whether this machine's timing would pack them; a test of the
-    packed path asks for ``dense_kernel="packed"``) and an 8192-slot KV pool."""
+    """An Engine with the test defaults: fp32, ``dense_kernel`` pinned by
+    ``pinned_dense_kernel`` (a test of one path asks for it) and an 8192-slot KV pool."""
     from radixserve import Engine
 
     kw.setdefault("dtype", "float32")
-    kw.setdefault("dense_kernel", "plain")
+    kw.setdefault("dense_kernel", pinned_dense_kernel(path, kw.get("device", "cpu")))
     kw.setdefault("max_total_tokens", 8192)
     return Engine(path, **kw)
 

@@ -18,6 +18,8 @@ from typing import Optional
 
 import httpx
 
+from tests.helpers.models import pinned_dense_kernel
+
 API_KEY = "sk-test"
 
 
@@ -37,9 +39,9 @@ class ServerHandle:
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # fp32 on plain F.linear weights, whatever this machine's timing would pick (``extra`` may override)
+        # fp32 on the pinned dense path, whatever this machine's timing would pick (``extra`` may override)
         cmd = [sys.executable, "-m", "radixserve.cli", "serve", "--model", model, "--port", str(self.port),
-               "--dtype", "float32", "--dense-kernel", "plain", "--log-level", "warning", *extra]
+               "--dtype", "float32", "--dense-kernel", pinned_dense_kernel(model), "--log-level", "warning", *extra]
         if api_key:
             cmd += ["--api-key", api_key]
         self.log_path = tempfile.mktemp(prefix="radixserve-server-", suffix=".log")
