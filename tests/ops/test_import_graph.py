@@ -309,3 +309,13 @@ def test_imports_point_down_the_documented_layers():
 def test_layering_check_catches_an_upward_import():
     graph = {"radixserve.mem_cache.kv_pool": {"radixserve.scheduler.req"}, "radixserve.scheduler.req": set()}
     assert layering_violations(graph) == ["radixserve.mem_cache.kv_pool -> radixserve.scheduler.req"]
+
+
+def test_the_dsl_and_the_engine_do_not_depend_on_the_http_server():
+    """frontend_lang (in-process or over HTTP) and the Engine use the tool-calling package,
+    not the HTTP server's modules: the server is one client of the layers below it."""
+    graph, _ = module_graph()
+    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                 if m.split(".")[0] == "frontend_lang" or m.startswith("radixserve.engine")
+                 if d.startswith("radixserve.server"))
+    assert not bad, bad
