@@ -64,7 +64,7 @@ class ServerHandle:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise TimeoutError(f"server not ready after {timeout}s:\n{self.log_tail()}")
 
     def client(self, **kw) -> httpx.Client:
