@@ -10,7 +10,8 @@ Layout contract (shared by every backend and by the Triton kernels):
     ``q [num_tokens, num_heads, head_dim]``, ``k/v [num_tokens, num_kv_heads, head_dim]``,
     request ``i`` owning rows ``extend_start_loc[i] : extend_start_loc[i] + extend_seq_lens[i]``.
   * A new token at absolute position ``p`` attends to positions ``0..p`` of its request
-    (the cached prefix fully, the new tokens causally).
+    (the cached prefix fully, the new tokens causally), or, in a layer with a sliding window
+    ``W`` (``LayerAttention``), to positions ``p - W + 1 .. p`` only.
 """
 from __future__ import annotations
 
@@ -22,6 +23,21 @@ from typing import Any, Callable, Optional
 import torch
 
 from radixserve.mem_cache.kv_pool import KVPool
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """What one layer's attention computes beyond ``softmax(q k^T * scaling) v`` over the
+    causal context (Gemma 2/3, Mistral, Qwen with sliding layers).  The default is plain
+    causal attention; ``features`` names what a backend must support for this layer."""
+
+    sliding_window: Optional[int] = None  # a token at position p sees keys at positions > p - W
+    logit_softcap: Optional[float] = None  # scores -> cap * tanh(scores / cap), before the mask
+
+    @property
+    def features(self) -> frozenset[str]:
+        return frozenset(name for name, on in (("sliding_window", self.sliding_window is not None),
+                                               ("logit_softcap", self.logit_softcap is not None)) if on)
 
 
 class ForwardMode(enum.Enum):
@@ -79,9 +95,30 @@ class AttentionBackend(ABC):
     # ``kv_pool`` at ``batch.out_cache_loc`` itself (fused with rotary) and call ``attend`` with
     # ``k = v = None`` instead of ``forward``.
     caller_stores_kv: Optional[torch.dtype] = None
+    # The LayerAttention features this backend computes (a subclass lists what it implements).
+    supported_features: frozenset[str] = frozenset()
 
     def __init__(self, kv_pool: KVPool) -> None:
         self.kv_pool = kv_pool
+        self.layer_attention: list[LayerAttention] = [LayerAttention()] * kv_pool.num_layers
+
+    def set_layer_attention(self, layers: list[LayerAttention]) -> None:
+        """Declare each layer's attention (once, before the first step; the model's
+        ``layer_attention()``).  Raises ValueError naming the feature this backend lacks."""
+        missing = frozenset().union(*(la.features for la in layers)) - self.supported_features
+        if missing:
+            raise ValueError(f"attention_backend: the {self.name} backend does not support "
+                             f"{', '.join(sorted(missing))}, which this model needs")
+        self.layer_attention = list(layers)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__.removesuffix("Backend").lower()
+
+    @property
+    def plain(self) -> bool:
+        """True when every layer is plain causal attention (no window, no soft-capping)."""
+        return not any(la.features for la in self.layer_attention)
 
     @abstractmethod
     def init_forward_metadata(self, batch: ForwardBatch) -> None: ...
