@@ -85,10 +85,13 @@ def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
 def load_config(hf_dir: str) -> Any:
     from transformers import AutoConfig
 
+    from radixserve.model.registry import model_class
+
     config = AutoConfig.from_pretrained(hf_dir)
-    supported = {"llama", "mistral", "qwen2"}
-    if config.model_type not in supported:
-        raise ValueError(f"model: architecture {config.model_type!r} is not supported ({sorted(supported)})")
+    if getattr(config, "vision_config", None) is not None:  # e.g. Gemma 3's multimodal "gemma3"
+        raise ValueError(f"model: {config.model_type} is a vision-language model; its image encoder is not "
+                         "supported (serve its text-only checkpoint)")
+    model_class(config)  # raises naming the architecture or the feature that is not built
     return config
 
 
@@ -123,10 +126,11 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
     ``packed``: dense linear weights (and the LM head) go to oneDNN's packed layout
     (``model/packed_linear.py``) once everything else is done."""
     from radixserve.model.fused_ops import select_ops
-    from radixserve.model.llama import LlamaForCausalLM
+    from radixserve.model.registry import model_class
+    from radixserve.model.rotary import RotaryEmbedding
 
     with torch.device(device):
-        model = LlamaForCausalLM(config, max_positions, select_ops(device, dtype), tp, layout)
+        model = model_class(config)(config, max_positions, select_ops(device, dtype), tp, layout)
         model.to(torch.float32 if quantization != "none" else dtype)
     weights = iter_weights(hf_dir)
     if show_progress:
@@ -144,7 +148,8 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
         if quantize_lm_head(model, quantization):
             model.lm_head_max_m = max_m
         model.to(dtype)
-    model.rotary.cos, model.rotary.sin = model.rotary.cos.float(), model.rotary.sin.float()
+    for rotary in {id(m): m for m in model.modules() if isinstance(m, RotaryEmbedding)}.values():
+        rotary.cos, rotary.sin = rotary.cos.float(), rotary.sin.float()
     if packed:
         from radixserve.model.packed_linear import pack_linears
 

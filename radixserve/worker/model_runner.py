@@ -93,6 +93,7 @@ class ModelRunner:
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
         self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device,
                                                 attention_timing.rule_for(layout.num_heads // layout.num_kv_heads))
+        self.backend.set_layer_attention(self.model.layer_attention())
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
         self.states: dict[str, ReqSamplingState] = {}

@@ -46,6 +46,7 @@ class DraftRunner:
         self.kv_pool = KVPool(num_slots, config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype,
                               device)
         self.backend = create_attention_backend(attention_backend, self.kv_pool, device)
+        self.backend.set_layer_attention(self.model.layer_attention())
 
     def mirror(self, batch: ForwardBatch) -> None:
         """Compute the draft's KV for the target's step ``batch`` (after the target ran it)."""

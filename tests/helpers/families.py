@@ -1,0 +1,75 @@
+"""Tiny random checkpoints of every model family (no download), for tests against transformers.
+
+``FAMILIES[name]()`` gives ``(config_class, kwargs)`` of a small config that exercises the
+family's features (head_dim != hidden / heads, sliding windows of ``WINDOW`` tokens mixed with
+full layers, soft-capping, partial rotary, experts, ...); ``build_family(name, path, smol_dir)``
+saves that model with SmolLM2's tokenizer and returns the transformers model (fp32, eval).
+Prompts in the tests are longer than ``WINDOW`` so a wrong window shows.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+WINDOW = 24
+VOCAB = 49152  # SmolLM2's tokenizer
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-6)
+
+
+def _llama():
+    from transformers import LlamaConfig
+
+    return LlamaConfig, dict(COMMON, tie_word_embeddings=True)
+
+
+def _mistral_window():
+    from transformers import MistralConfig
+
+    return MistralConfig, dict(COMMON, tie_word_embeddings=False, head_dim=32, sliding_window=WINDOW)
+
+
+def _qwen3():
+    from transformers import Qwen3Config
+
+    return Qwen3Config, dict(COMMON, head_dim=32, tie_word_embeddings=True)
+
+
+def _phi3():
+    from transformers import Phi3Config
+
+    # Phi-4-mini's shape: partial rotary and LongRoPE (short factors up to the original length)
+    half = 16 * 3 // 4 // 2  # rotary_dim / 2 frequencies of a 16-wide head at factor 0.75 -> 6
+    return Phi3Config, dict(COMMON, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                            partial_rotary_factor=0.75, tie_word_embeddings=False, pad_token_id=0,
+                            original_max_position_embeddings=512,
+                            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                             "short_factor": [1.0 + 0.1 * i for i in range(half)],
+                                             "long_factor": [2.0 + 0.5 * i for i in range(half)]})
+
+
+FAMILIES: dict[str, Callable[[], tuple[type, dict[str, Any]]]] = {
+    "llama": _llama,
+    "mistral-window": _mistral_window,
+    "qwen3": _qwen3,
+    "phi3": _phi3,
+}
+
+
+def build_family(name: str, path: str, smol_dir: str, seed: int = 1):
+    """Save family ``name``'s tiny random model (sharpened logits: greedy ties impossible) with
+    SmolLM2's tokenizer in ``path``; return the transformers model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cls, kw = FAMILIES[name]()
+    torch.manual_seed(seed)
+    hf = AutoModelForCausalLM.from_config(cls(**kw)).eval()
+    with torch.no_grad():
+        hf.get_input_embeddings().weight.mul_(40.0)
+        for n, p in hf.named_parameters():
+            if n.endswith("bias") or "norm" in n:  # non-trivial biases and norm weights
+                p.add_(torch.randn_like(p) * 0.3)
+    hf.save_pretrained(path)
+    AutoTokenizer.from_pretrained(smol_dir).save_pretrained(path)
+    return hf
