@@ -82,34 +82,39 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return out;
 }
 
-// One head of rotate-half rotary: dst = (x1 cos - x2 sin, x2 cos + x1 sin) for src = (x1, x2),
-// rounded to T; dst may be src (in place).  rope_ and rope_store_kv share it, so both round alike.
+// One head of rotate-half rotary over its first 2 * half dims (a partial rotary leaves the rest
+// as they are): dst = (x1 cos - x2 sin, x2 cos + x1 sin) for src = (x1, x2, rest), rounded to T;
+// dst may be src (in place), else the D - 2 * half unrotated dims are copied.  rope_ and
+// rope_store_kv share it, so both round alike.
 template <typename T>
-inline void rotate_half(const T* src, T* dst, const float* c, const float* s, int64_t half) {
+inline void rotate_half(const T* src, T* dst, const float* c, const float* s, int64_t half, int64_t D) {
 #pragma omp simd
   for (int64_t i = 0; i < half; ++i) {
     const float x1 = to_f(src[i]), x2 = to_f(src[i + half]);
     from_f(dst + i, x1 * c[i] - x2 * s[i]);
     from_f(dst + i + half, x2 * c[i + half] + x1 * s[i + half]);
   }
+  if (dst != src && D > 2 * half) std::memcpy(dst + 2 * half, src + 2 * half, sizeof(T) * (D - 2 * half));
 }
 
 // In place, rotate-half: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, for q [T, H, D] and
-// k [T, Hkv, D] (rows may be strided views of the fused qkv output); cos/sin fp32 [P, D].
+// k [T, Hkv, D] (rows may be strided views of the fused qkv output); cos/sin fp32 [P, R] with
+// R <= D (R < D: a partial rotary of the first R dims).
 template <typename T>
 void rope_impl(at::Tensor& q, at::Tensor& k, const at::Tensor& positions, const at::Tensor& cos,
                const at::Tensor& sin) {
-  const int64_t tokens = q.size(0), D = q.size(2), half = D / 2;
+  const int64_t tokens = q.size(0), D = q.size(2), R = cos.size(1), half = R / 2;
   const int64_t* pos = positions.data_ptr<int64_t>();
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
   at::parallel_for(0, tokens, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      const float* c = cp + pos[t] * D;
-      const float* s = sp + pos[t] * D;
+      const float* c = cp + pos[t] * R;
+      const float* s = sp + pos[t] * R;
       for (at::Tensor* x : {&q, &k}) {
         T* base = ptr<T>(*x) + t * x->stride(0);
-        for (int64_t h = 0; h < x->size(1); ++h) rotate_half(base + h * x->stride(1), base + h * x->stride(1), c, s, half);
+        for (int64_t h = 0; h < x->size(1); ++h)
+          rotate_half(base + h * x->stride(1), base + h * x->stride(1), c, s, half, D);
       }
     }
   });
@@ -120,8 +125,9 @@ void rope_(at::Tensor q, at::Tensor k, const at::Tensor& positions, const at::Te
                   k.stride(1) == k.size(2) && q.scalar_type() == k.scalar_type(),
               "rope_: q [T,H,D], k [T,Hkv,D] with contiguous heads");
   TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.is_contiguous() &&
-                  sin.is_contiguous() && positions.scalar_type() == at::kLong,
-              "rope_: fp32 cos/sin tables, int64 positions");
+                  sin.is_contiguous() && positions.scalar_type() == at::kLong && cos.size(1) <= q.size(2) &&
+                  cos.size(1) % 2 == 0,
+              "rope_: fp32 cos/sin tables [P, R <= D], int64 positions");
   if (q.scalar_type() == at::kFloat) return rope_impl<float>(q, k, positions, cos, sin);
   TORCH_CHECK(q.scalar_type() == at::kBFloat16, "rope_: float32 or bfloat16");
   rope_impl<uint16_t>(q, k, positions, cos, sin);
@@ -134,7 +140,7 @@ template <typename T>
 void rope_store_kv_impl(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& cos,
                         const at::Tensor& sin, at::Tensor& k_buf, at::Tensor& v_buf, const at::Tensor& loc,
                         at::Tensor& q_out) {
-  const int64_t tokens = qkv.size(0), H = q_out.size(1), D = q_out.size(2), half = D / 2;
+  const int64_t tokens = qkv.size(0), H = q_out.size(1), D = q_out.size(2), R = cos.size(1), half = R / 2;
   const int64_t hkv = k_buf.size(1), row_stride = qkv.stride(0), slot = k_buf.stride(0);
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* lp = loc.data_ptr<int64_t>();
@@ -146,11 +152,11 @@ void rope_store_kv_impl(const at::Tensor& qkv, const at::Tensor& positions, cons
   T* vb = ptr<T>(v_buf);
   at::parallel_for(0, tokens, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      const float* c = cp + pos[t] * D;
-      const float* s = sp + pos[t] * D;
+      const float* c = cp + pos[t] * R;
+      const float* s = sp + pos[t] * R;
       const T* row = in + t * row_stride;
-      for (int64_t h = 0; h < H; ++h) rotate_half(row + h * D, qo + (t * H + h) * D, c, s, half);
-      for (int64_t h = 0; h < hkv; ++h) rotate_half(row + (H + h) * D, kb + lp[t] * slot + h * D, c, s, half);
+      for (int64_t h = 0; h < H; ++h) rotate_half(row + h * D, qo + (t * H + h) * D, c, s, half, D);
+      for (int64_t h = 0; h < hkv; ++h) rotate_half(row + (H + h) * D, kb + lp[t] * slot + h * D, c, s, half, D);
       std::memcpy(vb + lp[t] * slot, row + (H + hkv) * D, sizeof(T) * hkv * D);
     }
   });
@@ -168,10 +174,11 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& positions, const at:
                   qkv.scalar_type() == v_buf.scalar_type(),
               "rope_store_kv: qkv, q_out and the pool in one dtype");
   TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.is_contiguous() &&
-                  sin.is_contiguous() && cos.size(1) == q_out.size(2) && positions.scalar_type() == at::kLong &&
+                  sin.is_contiguous() && cos.size(1) <= q_out.size(2) && cos.size(1) % 2 == 0 &&
+                  positions.scalar_type() == at::kLong &&
                   loc.scalar_type() == at::kLong && positions.numel() == tokens && loc.numel() == tokens &&
                   positions.is_contiguous() && loc.is_contiguous(),
-              "rope_store_kv: fp32 cos/sin tables [P, D], int64 positions and loc [T]");
+              "rope_store_kv: fp32 cos/sin tables [P, R <= D], int64 positions and loc [T]");
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* lp = loc.data_ptr<int64_t>();
   for (int64_t t = 0; t < tokens; ++t) {  // checked up front: the parallel loop must not throw
@@ -181,6 +188,44 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& positions, const at:
   if (qkv.scalar_type() == at::kFloat) return rope_store_kv_impl<float>(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out);
   TORCH_CHECK(qkv.scalar_type() == at::kBFloat16, "rope_store_kv: float32 or bfloat16");
   rope_store_kv_impl<uint16_t>(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out);
+}
+
+// In place over the fused projection qkv [T, (H + 2 Hkv) D] (last dim contiguous): each query head
+// x = q_w * round(normalize(x)), each key head with k_w, as rms_norm rounds (Qwen 3's q/k norms).
+template <typename T>
+void rms_norm_heads_impl(at::Tensor& qkv, const at::Tensor& q_w, const at::Tensor& k_w, int64_t H, int64_t hkv,
+                         double eps) {
+  const int64_t tokens = qkv.size(0), D = q_w.size(0), row_stride = qkv.stride(0);
+  T* base = ptr<T>(qkv);
+  const T* qw = ptr<T>(q_w);
+  const T* kw = ptr<T>(k_w);
+  at::parallel_for(0, tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t h = 0; h < H + hkv; ++h) {
+        T* x = base + t * row_stride + h * D;
+        const T* w = h < H ? qw : kw;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t d = 0; d < D; ++d) {
+          const float v = to_f(x[d]);
+          ss += v * v;
+        }
+        const float inv = 1.0f / std::sqrt(ss / float(D) + float(eps));
+        for (int64_t d = 0; d < D; ++d) from_f(x + d, to_f(w[d]) * round_as(to_f(x[d]) * inv, x));
+      }
+    }
+  });
+}
+
+void rms_norm_heads_(at::Tensor qkv, const at::Tensor& q_w, const at::Tensor& k_w, int64_t H, int64_t hkv,
+                     double eps) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.stride(1) == 1 && q_w.dim() == 1 && q_w.sizes() == k_w.sizes() &&
+                  q_w.is_contiguous() && k_w.is_contiguous() && qkv.size(1) == (H + 2 * hkv) * q_w.size(0) &&
+                  qkv.scalar_type() == q_w.scalar_type() && qkv.scalar_type() == k_w.scalar_type(),
+              "rms_norm_heads_: qkv [T, (H + 2 Hkv) D], q_w and k_w [D], one dtype");
+  if (qkv.scalar_type() == at::kFloat) return rms_norm_heads_impl<float>(qkv, q_w, k_w, H, hkv, eps);
+  TORCH_CHECK(qkv.scalar_type() == at::kBFloat16, "rms_norm_heads_: float32 or bfloat16");
+  rms_norm_heads_impl<uint16_t>(qkv, q_w, k_w, H, hkv, eps);
 }
 
 // [T, 2I] (gate | up) -> [T, I]: round(silu(gate)) * up
@@ -227,4 +272,5 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
   m.def("rope_", &rope_);
   m.def("rope_store_kv", &rope_store_kv);
   m.def("silu_mul", &silu_mul);
+  m.def("rms_norm_heads_", &rms_norm_heads_);
 }

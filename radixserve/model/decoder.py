@@ -13,7 +13,8 @@ An architecture (one file per family, registered in ``registry.py`` by the confi
 * ``embed_scale``, ``final_logit_softcap``: Gemma's embedding scale and logit capping;
 * ``layer_attention()``: each layer's sliding window / soft-capping (``LayerAttention``);
 * ``checkpoint_tensors(name, t)``: renames or splits a checkpoint tensor before loading;
-* ``unsupported(config)``: names of config features the file does not build (load refuses).
+* ``unsupported(config)``: names of config features the file does not build (load refuses);
+* ``kv_cache_shape()``: the KV pool's heads, head width and shared K/V (multi-head latent attention).
 
 Tensor parallelism: built with a ``TPLayout`` and a group (``parallel/``), a rank holds its
 query/KV heads, MLP columns and vocabulary shard (sliced at load time); o_proj and down_proj
@@ -40,8 +41,9 @@ from radixserve.parallel.layout import TPLayout
 
 
 class Attention(nn.Module):
-    """Self-attention with fused q/k/v; ``q_norm``/``k_norm``: per-head norms applied before
-    rotary (Qwen 3, Gemma 3); ``scaling``: the softmax scale (default ``head_dim ** -0.5``)."""
+    """Self-attention with fused q/k/v; ``q_norm``/``k_norm``: per-head RMSNorms (their weight
+    and eps) applied before rotary (Qwen 3, Gemma 3), in place on the fused projection by
+    ``ops.rms_norm_heads_``; ``scaling``: the softmax scale (default ``head_dim ** -0.5``)."""
 
     def __init__(self, config: Any, layer_id: int, rotary: RotaryEmbedding, layout: TPLayout, tp: Any,
                  bias: bool = False, qk_norm: Optional[Callable[[int], nn.Module]] = None,
@@ -63,11 +65,16 @@ class Attention(nn.Module):
 
     @property
     def plain(self) -> bool:
-        """True when this is Llama's attention (what the native layer loops compute)."""
-        return self.q_norm is None and self.rotary.fused
+        """True when the native layer loops compute this attention: Llama's, or with q/k norms
+        (one in-place op on the fused projection)."""
+        return self.rotary.fused
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         qkv = self.qkv_proj(x)
+        if self.q_norm is not None:  # per head, in place on the fused projection
+            qkv = qkv.contiguous()
+            self.rotary.ops.rms_norm_heads_(qkv, self.q_norm.weight, self.k_norm.weight, self.num_heads,
+                                            self.num_kv_heads, self.q_norm.eps)
         if self.plain and qkv.dtype == backend.caller_stores_kv:
             # one native pass: rotary on q (into a contiguous q) and k, K/V into the pool slots
             pool, lid = backend.kv_pool, self.layer_id
@@ -77,12 +84,9 @@ class Attention(nn.Module):
             out = backend.attend(q, None, None, lid, self.scaling, batch)
             return self.tp.all_reduce(self.o_proj(out.view(-1, self.q_size)))
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.reshape(-1, self.num_heads, self.head_dim)
-        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:  # per head: rows of head_dim
-            d = self.head_dim
-            q, k = self.q_norm(q.reshape(-1, d)).view(q.shape), self.k_norm(k.reshape(-1, d)).view(k.shape)
         self.rotary.forward(batch.positions, q, k)
         out = backend.forward(q, k, v, self.layer_id, self.scaling, batch)
         return self.tp.all_reduce(self.o_proj(out.reshape(-1, self.q_size)))
@@ -178,6 +182,12 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
         cap = getattr(self.config, "attn_logit_softcapping", None)
         return [LayerAttention(window if t == "sliding_attention" else None, cap) for t in self.layer_types()]
 
+    def kv_cache_shape(self) -> tuple[int, int, bool]:
+        """``(kv_heads, head_dim, shared_kv)`` of the paged KV pool this rank needs per token and
+        layer; ``shared_kv``: one tensor is both K and V (``KVPool``)."""
+        attn = self.layers[0].self_attn
+        return attn.num_kv_heads, attn.head_dim, False
+
     @classmethod
     def unsupported(cls, config: Any) -> list[str]:
         """Features of ``config`` this architecture does not build (the load names them)."""
@@ -192,6 +202,15 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
         if known is None:
             known = self.__dict__["_native_layers"] = (
                 self.embed_scale is None and all(getattr(layer, "plain", False) for layer in self.layers))
+        return known
+
+    @property
+    def stackable(self) -> bool:
+        """``native_layers`` without q/k norms: what ``layer_stack``'s C++ loop runs."""
+        known = self.__dict__.get("_stackable")
+        if known is None:
+            known = self.__dict__["_stackable"] = self.native_layers and all(
+                layer.self_attn.q_norm is None for layer in self.layers)
         return known
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -212,7 +231,7 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
         int8 head) 1.2 points of teacher-forced argmax agreement with fp32 (98.0% -> 99.2%)."""
         x, residual = self.embed(batch.input_ids), None
         if layer_loop.usable(self, backend, x.dtype):  # the same ops without the module tree's overhead
-            native = layer_stack.run(self, x, batch, backend)  # ... or without Python's
+            native = layer_stack.run(self, x, batch, backend) if self.stackable else None  # ... or Python's
             x, residual = native if native is not None else layer_loop.run_layers(self, x, batch, backend)
         else:
             # .forward on the containers: nn.Module.__call__'s hook checks cost about a microsecond a

@@ -8,7 +8,10 @@ points (after the residual add, after normalizing, after SiLU, after each produc
 Contracts: ``add_rms_norm(x, residual, w, eps)`` returns ``(normed, residual + x)``, normed in
 x's dtype and the sum in the residual's (fp32 under a bf16 x: a bf16 model keeps its residual
 stream in fp32), and may overwrite both inputs (callers never reuse them); ``rope_(q, k, positions, cos, sin)``
-rotates q and k in place (they may be strided views of the fused qkv output);
+rotates q and k in place (they may be strided views of the fused qkv output; a cos/sin table
+narrower than the head rotates its first dims only: a partial rotary);
+``rms_norm_heads_(qkv, q_w, k_w, H, Hkv, eps)`` RMS-normalizes each query and key head of the
+fused projection in place (Qwen 3's q/k norms), rounding as ``rms_norm``;
 ``silu_mul(gate_up)`` returns ``silu(gate) * up`` for ``gate_up = [gate | up]``;
 ``rope_store_kv(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out)`` takes the fused projection
 ``qkv [T, (H + 2 Hkv) D]`` and writes ``q_out [T, H, D] = rope(q)``, ``k_buf[loc] = rope(k)`` and
@@ -44,11 +47,20 @@ class TorchOps:
     @staticmethod
     def rope_(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
         c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+        r = cos.shape[-1]  # < head_dim: a partial rotary of the first r dims
         for x in (q, k):
-            half = x.shape[-1] // 2
-            xf = x.float()
+            part, half = x[..., :r], r // 2
+            xf = part.float()
             rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
-            x.copy_(xf * c + rotated * s)
+            part.copy_(xf * c + rotated * s)
+
+    @classmethod
+    def rms_norm_heads_(cls, qkv: torch.Tensor, q_w: torch.Tensor, k_w: torch.Tensor, heads: int, kv_heads: int,
+                        eps: float) -> None:
+        d = q_w.shape[0]
+        for w, lo, n in ((q_w, 0, heads), (k_w, heads, kv_heads)):
+            part = qkv[:, lo * d:(lo + n) * d]
+            part.copy_(cls.rms_norm(part.reshape(-1, d), w, eps).view(part.shape))
 
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -90,6 +102,11 @@ class NativeCpuOps(TorchOps):
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return torch.ops.radixserve_cpu.silu_mul(gate_up.contiguous())
+
+    @staticmethod
+    def rms_norm_heads_(qkv: torch.Tensor, q_w: torch.Tensor, k_w: torch.Tensor, heads: int, kv_heads: int,
+                        eps: float) -> None:
+        torch.ops.radixserve_cpu.rms_norm_heads_(qkv, q_w, k_w, heads, kv_heads, eps)
 
     @staticmethod
     def rope_store_kv(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

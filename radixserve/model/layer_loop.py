@@ -9,7 +9,7 @@ The modules are read on every call (about a microsecond per layer), so layers re
 loading (quantization, packing, tests) are always the ones that run; the linear layers keep
 ``nn.Module.__call__``, so forward hooks on them (calibration) still fire.
 
-Per layer that is seven calls: two fused norms, ``rope_store_kv`` (rotary on q and k, K/V into
+Per layer that is seven calls (eight with Qwen 3's q/k norms): two fused norms, ``rope_store_kv`` (rotary on q and k, K/V into
 the pool), the backend's per-step attention (``AttentionBackend.step_attention``: the plan and
 an output buffer bound once per step), and the four linear layers with ``silu_mul``.
 
@@ -41,7 +41,7 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
     as the loop over ``DecoderLayer.forward`` does.  Only when ``usable(model, backend, x.dtype)``."""
     ops = torch.ops.radixserve_cpu
     rms, add_rms = ops.rms_norm.default, ops.add_rms_norm.default
-    rope_store, silu_mul = ops.rope_store_kv.default, ops.silu_mul.default
+    rope_store, silu_mul, norm_heads = ops.rope_store_kv.default, ops.silu_mul.default, ops.rms_norm_heads_.default
     pool = backend.kv_pool
     k_bufs, v_bufs = pool.k_buffer, pool.v_buffer
     positions, loc = batch.positions, batch.out_cache_loc
@@ -62,7 +62,13 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
         else:
             add_rms(x, residual, norm_in._parameters["weight"], norm_in.eps)
         lid = attn.layer_id
-        rope_store(a_mods["qkv_proj"](x), positions, cos, sin, k_bufs[lid], v_bufs[lid], loc, q)
+        qkv = a_mods["qkv_proj"](x)
+        q_norm = a_mods.get("q_norm")
+        if q_norm is not None:  # Qwen 3
+            qkv = qkv.contiguous()
+            norm_heads(qkv, q_norm._parameters["weight"], a_mods["k_norm"]._parameters["weight"], attn.num_heads,
+                       attn.num_kv_heads, q_norm.eps)
+        rope_store(qkv, positions, cos, sin, k_bufs[lid], v_bufs[lid], loc, q)
         x = a_mods["o_proj"](attend(q, lid, attn.scaling).view(tokens, attn.q_size))
         x = x.contiguous()
         add_rms(x, residual, norm_post._parameters["weight"], norm_post.eps)

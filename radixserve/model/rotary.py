@@ -13,8 +13,8 @@ reference folds it.  Two variants depend on the sequence length in the reference
   and recomputes everything with the long factors beyond; a cache cannot do that, so positions
   past the original length take the long factors (vLLM's choice): exact up to that length.
 
-``partial_rotary_factor`` rotates the first part of each head only (Phi-3/4, some Qwen); the
-fused native kernels rotate whole heads, so a partial rotary runs the torch composition.
+``partial_rotary_factor`` rotates the first part of each head only (Phi-3/4, some Qwen): the
+table is narrower than the head, and every rope op rotates the dims the table covers.
 """
 from __future__ import annotations
 
@@ -97,18 +97,13 @@ class RotaryEmbedding(nn.Module):
             inv_long, _ = _frequencies(config, head_dim, params, layer_type, seq_len=orig + 1)
             freqs[orig:] = torch.outer(t[orig:], inv_long)
         emb = torch.cat([freqs, freqs], dim=-1)
-        self.partial = self.rotary_dim < head_dim
-        self.fused = ops.fused_rope_store and not self.partial  # rope_store_kv is one native pass
+        self.fused = ops.fused_rope_store  # rope_store_kv is one native pass
         self.register_buffer("cos", emb.cos() * scale, persistent=False)
         self.register_buffer("sin", emb.sin() * scale, persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> None:
         """Rotate q ``[T, H, D]`` and k ``[T, Hkv, D]`` in place (fp32 math, input dtype)."""
-        if self.partial:
-            d = self.rotary_dim
-            TorchOps.rope_(q[..., :d], k[..., :d], positions, self.cos, self.sin)
-        else:
-            self.ops.rope_(q, k, positions, self.cos, self.sin)
+        self.ops.rope_(q, k, positions, self.cos, self.sin)
 
     def rope_store_kv(self, qkv: torch.Tensor, positions: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
                       loc: torch.Tensor, q_out: torch.Tensor) -> torch.Tensor:

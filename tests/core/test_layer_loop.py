@@ -182,3 +182,23 @@ def test_stack_steps_aside_where_it_does_not_apply(tiny_dir, kernel):
         eng.check_invariants()
     finally:
         eng.shutdown()
+
+
+@pytest.fixture(scope="module", params=["qwen3", "phi3"])
+def family_dir(request, tmp_path_factory, smol_dir) -> str:
+    from tests.helpers.families import build_family
+
+    path = str(tmp_path_factory.mktemp(request.param))
+    build_family(request.param, path, smol_dir)
+    return path
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_families_on_the_layer_loop_are_bit_identical(family_dir, dtype, monkeypatch):
+    """Qwen 3's q/k norms (``rms_norm_heads_`` on the fused projection) and Phi-4-mini's partial
+    rotary (a cos/sin table narrower than the head) run in the flat loop exactly as the modules
+    compute them."""
+    ref, ref_calls, _ = _run(family_dir, dtype, "modules", monkeypatch, dense_kernel="plain")
+    loop, loop_calls, _ = _run(family_dir, dtype, "loop", monkeypatch, dense_kernel="plain")
+    assert ref_calls == 0 and loop_calls > 10
+    assert loop == ref
