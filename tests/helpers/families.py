@@ -49,11 +49,38 @@ def _phi3():
                                              "long_factor": [2.0 + 0.5 * i for i in range(half)]})
 
 
+MOE = dict(COMMON, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)  # Qwen's field names
+
+
+def _mixtral():
+    from transformers import MixtralConfig
+
+    return MixtralConfig, dict(COMMON, num_local_experts=8, num_experts_per_tok=2, intermediate_size=32,
+                               tie_word_embeddings=False)
+
+
+def _qwen2_moe():
+    from transformers import Qwen2MoeConfig
+
+    # a shared expert, norm_topk_prob off (Qwen1.5-MoE's) and layer 1 dense (mlp_only_layers)
+    return Qwen2MoeConfig, dict(MOE, shared_expert_intermediate_size=48, mlp_only_layers=[1], tie_word_embeddings=False)
+
+
+def _qwen3_moe():
+    from transformers import Qwen3MoeConfig
+
+    # top-4 (the sum over a token's experts has more than two terms), renormalised, head_dim != hidden / heads
+    return Qwen3MoeConfig, dict(MOE, num_experts_per_tok=4, norm_topk_prob=True, head_dim=32, tie_word_embeddings=True)
+
+
 FAMILIES: dict[str, Callable[[], tuple[type, dict[str, Any]]]] = {
     "llama": _llama,
     "mistral-window": _mistral_window,
     "qwen3": _qwen3,
     "phi3": _phi3,
+    "mixtral": _mixtral,
+    "qwen2_moe": _qwen2_moe,
+    "qwen3_moe": _qwen3_moe,
 }
 
 
