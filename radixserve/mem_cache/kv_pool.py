@@ -8,6 +8,9 @@ class KVPool:
     """``num_slots`` token slots per layer; slot 0 is a padding slot never allocated.
 
     Shapes: ``k_buffer[l]``/``v_buffer[l]`` are ``[num_slots, num_kv_heads, head_dim]``.
+    ``shared_kv``: one tensor per layer is both K and V (``v_buffer[l] is k_buffer[l]``), for
+    multi-head latent attention, whose keys and values are the same compressed vector; the
+    memory is counted once and ``set_kv`` stores ``k`` only.
     """
 
     def __init__(
@@ -18,6 +21,7 @@ class KVPool:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device | str = "cpu",
+        shared_kv: bool = False,
     ) -> None:
         self.num_slots = num_slots
         self.num_layers = num_layers
@@ -25,17 +29,28 @@ class KVPool:
         self.head_dim = head_dim
         self.dtype = dtype
         self.device = torch.device(device)
+        self.shared_kv = shared_kv
         shape = (num_slots, num_kv_heads, head_dim)
         self.k_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_buffer = self.k_buffer if shared_kv else [torch.zeros(shape, dtype=dtype, device=device)
+                                                         for _ in range(num_layers)]
 
     def set_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Scatter new keys/values ``[n, num_kv_heads, head_dim]`` into slots ``loc [n]``."""
+        """Scatter new keys/values ``[n, num_kv_heads, head_dim]`` into slots ``loc [n]`` (with
+        ``shared_kv``, ``v`` must equal ``k``: only ``k`` is stored)."""
         if k.dtype != self.dtype:  # (a no-op .to still costs a dispatch per layer)
             k, v = k.to(self.dtype), v.to(self.dtype)
         self.k_buffer[layer_id].index_copy_(0, loc, k)
-        self.v_buffer[layer_id].index_copy_(0, loc, v)
+        if not self.shared_kv:
+            self.v_buffer[layer_id].index_copy_(0, loc, v)
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes one token slot takes over all layers (``bytes_per_slot`` of this pool)."""
+        return self.bytes_per_slot(self.num_layers, self.num_kv_heads, self.head_dim, self.dtype, self.shared_kv)
 
     @staticmethod
-    def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
+    def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                       shared_kv: bool = False) -> int:
+        tensors = 1 if shared_kv else 2
+        return tensors * num_layers * num_kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()

@@ -139,8 +139,8 @@ def teacher_forced_logits(model: nn.Module, seqs: list[list[int]]) -> torch.Tens
     device = model.embed_tokens.weight.device
     lens = [len(s) for s in seqs]
     n = sum(lens)
-    pool = KVPool(n + 1, cfg.num_hidden_layers, cfg.num_key_value_heads, model.layers[0].self_attn.head_dim,
-                  model.embed_tokens.weight.dtype, device)
+    kv_heads, head_dim, shared = model.kv_cache_shape()
+    pool = KVPool(n + 1, cfg.num_hidden_layers, kv_heads, head_dim, model.embed_tokens.weight.dtype, device, shared)
     table = torch.zeros(len(seqs), max(lens), dtype=torch.int32, device=device)
     slots = torch.arange(1, n + 1, device=device)
     lens_t = torch.tensor(lens, device=device)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,14 +57,13 @@ def context_length(config: Any, model_cfg: ModelConfig) -> int:
 
 
 def kv_pool_slots(config: Any, cache_cfg: CacheConfig, dtype: torch.dtype, device: torch.device,
-                  num_kv_heads: Optional[int] = None) -> int:
+                  kv_shape: tuple[int, int, bool]) -> int:
     """``--max-total-tokens`` if given, else ``mem_fraction_static`` of free memory (plus slot 0);
-    ``num_kv_heads``: the heads this rank stores (default: all)."""
+    ``kv_shape``: the model's ``kv_cache_shape()`` on this rank (heads, head_dim, shared K/V)."""
     if cache_cfg.max_total_tokens:
         return int(cache_cfg.max_total_tokens) + 1
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_slot = KVPool.bytes_per_slot(config.num_hidden_layers, num_kv_heads or config.num_key_value_heads,
-                                     head_dim, dtype)
+    heads, head_dim, shared = kv_shape
+    per_slot = KVPool.bytes_per_slot(config.num_hidden_layers, heads, head_dim, dtype, shared)
     return max(2, int(_free_memory_bytes(device) * cache_cfg.mem_fraction_static) // per_slot)
 
 
@@ -85,14 +84,15 @@ class ModelRunner:
                                        show_progress=show_progress, quantization=self.numerics.quantization,
                                        max_m=self.numerics.max_m, tp=self.tp, layout=layout,
                                        packed=self.numerics.packed)
-        head_dim = self.model.layers[0].self_attn.head_dim
+        kv_shape = self.model.kv_cache_shape()
         num_slots = self.tp.min_int(kv_pool_slots(self.config, cache_cfg, self.dtype, self.device,
-                                                  layout.num_kv_heads))  # after the weights
-        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, layout.num_kv_heads,
-                              head_dim, self.dtype, self.device)
+                                                  kv_shape))  # after the weights
+        kv_heads, head_dim, shared = kv_shape
+        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, kv_heads, head_dim, self.dtype,
+                              self.device, shared)
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
         self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device,
-                                                attention_timing.rule_for(layout.num_heads // layout.num_kv_heads))
+                                                attention_timing.rule_for(layout.num_heads // kv_heads))
         self.backend.set_layer_attention(self.model.layer_attention())
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)

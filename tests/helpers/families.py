@@ -73,11 +73,23 @@ def _qwen3_moe():
     return Qwen3MoeConfig, dict(MOE, num_experts_per_tok=4, norm_topk_prob=True, head_dim=32, tie_word_embeddings=True)
 
 
+def _deepseek_v2():
+    from transformers import DeepseekV2Config
+
+    # multi-head latent attention (q_lora_rank set), yarn with mscale; dense MLPs in every layer
+    return DeepseekV2Config, dict(COMMON, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16,
+                                  qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=3, tie_word_embeddings=False,
+                                  rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                   "original_max_position_embeddings": 256, "beta_fast": 32,
+                                                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8})
+
+
 FAMILIES: dict[str, Callable[[], tuple[type, dict[str, Any]]]] = {
     "llama": _llama,
     "mistral-window": _mistral_window,
     "qwen3": _qwen3,
     "phi3": _phi3,
+    "deepseek_v2": _deepseek_v2,
     "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe,
     "qwen3_moe": _qwen3_moe,

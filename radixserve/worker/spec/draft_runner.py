@@ -42,9 +42,8 @@ class DraftRunner:
                              f"the target has {vocab_size}")
         self.device = device
         self.model = loader.load_model(config, hf_dir, dtype, device, max_positions)
-        head_dim = self.model.layers[0].self_attn.head_dim
-        self.kv_pool = KVPool(num_slots, config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype,
-                              device)
+        kv_heads, head_dim, shared = self.model.kv_cache_shape()
+        self.kv_pool = KVPool(num_slots, config.num_hidden_layers, kv_heads, head_dim, dtype, device, shared)
         self.backend = create_attention_backend(attention_backend, self.kv_pool, device)
         self.backend.set_layer_attention(self.model.layer_attention())
 
