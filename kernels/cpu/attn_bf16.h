@@ -102,10 +102,15 @@ constexpr int dim_of(int x, int l) { return 32 * (x / 2) + 8 * (l / 4) + 4 * (x 
 
 alignas(64) inline const uint16_t kZeroRow[128] = {};
 
+// The keys [lo, lim) of a tile that fall in its 16-key half from key `base` (0 or 16), as lanes.
+inline __mmask16 key_mask(int64_t lo, int64_t lim, int64_t base) {
+  const uint32_t a = uint32_t(std::clamp<int64_t>(lo - base, 0, 16)), b = uint32_t(std::clamp<int64_t>(lim - base, 0, 16));
+  return __mmask16(((1u << b) - 1) & ~((1u << a) - 1));
+}
+
 // softmax_step_v with AVX-512 masks and reductions (scores s0: keys 0..15, s1: 16..31).
-inline float softmax_step_512(__m512 s0, __m512 s1, int64_t lim, float& m, float& l, float* p_out) {
-  const __mmask16 k0 = lim >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lim) - 1);
-  const __mmask16 k1 = lim >= 32 ? __mmask16(0xFFFF) : lim <= 16 ? __mmask16(0) : __mmask16((1u << (lim - 16)) - 1);
+inline float softmax_step_512(__m512 s0, __m512 s1, int64_t lo, int64_t lim, float& m, float& l, float* p_out) {
+  const __mmask16 k0 = key_mask(lo, lim, 0), k1 = key_mask(lo, lim, 16);
   const __m512 ninf = _mm512_set1_ps(NEG_INF);
   s0 = _mm512_mask_blend_ps(k0, ninf, s0);
   s1 = _mm512_mask_blend_ps(k1, ninf, s1);
@@ -121,13 +126,14 @@ inline float softmax_step_512(__m512 s0, __m512 s1, int64_t lim, float& m, float
   return alpha;
 }
 
-// Keys of the tile [kb, kb + n) each of NR query rows sees (lim); false when none sees any.
+// Keys [lo, lim) of the tile [kb, kb + n) each of NR query rows sees; false when none sees any.
 template <int NR>
-inline bool visible_keys(const int64_t* qpos, int64_t kb, int64_t n, int64_t* lim) {
+inline bool visible_keys(const int64_t* qpos, const ScoreMods& md, int64_t kb, int64_t n, int64_t* lo, int64_t* lim) {
   bool any = false;
   for (int rr = 0; rr < NR; ++rr) {
     lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
-    any |= lim[rr] > 0;
+    lo[rr] = key_lo(md, qpos[rr], kb);
+    any |= lim[rr] > lo[rr];
   }
   return any;
 }
@@ -216,23 +222,27 @@ inline void pv_block_dot(const float (*pf)[KB], int64_t npairs, const __m512i* v
 // (fp32 query rows: exact arithmetic) or uint32_t (bf16 query pairs: the dot products above).
 template <int DC, int NR, typename Q>
 inline void row_block_avx(const Q* q, float* o, float* m, float* l, const int64_t* qpos, int64_t kb, int64_t n,
-                          const __m512i* kt, const __m512i* vt, __m512 scale) {
-  int64_t lim[NR];
-  if (!visible_keys<NR>(qpos, kb, n, lim)) return;
+                          const __m512i* kt, const __m512i* vt, __m512 scale, const ScoreMods& md) {
+  int64_t lo[NR], lim[NR];
+  if (!visible_keys<NR>(qpos, md, kb, n, lo, lim)) return;
   __m512 s0[NR], s1[NR];
   for (int rr = 0; rr < NR; ++rr) s0[rr] = s1[rr] = _mm512_setzero_ps();
   qk_block<DC, NR>(q, kt, s0, s1);
   alignas(64) float pf[NR][KB];
   float alpha[NR];
   for (int rr = 0; rr < NR; ++rr) {
-    if (lim[rr] <= 0) {
+    if (lim[rr] <= lo[rr]) {
       _mm512_store_ps(pf[rr], _mm512_setzero_ps());
       _mm512_store_ps(pf[rr] + 16, _mm512_setzero_ps());
       alpha[rr] = 1.0f;
       continue;
     }
-    alpha[rr] = softmax_step_512(_mm512_mul_ps(s0[rr], scale), _mm512_mul_ps(s1[rr], scale), lim[rr], m[rr], l[rr],
-                                 pf[rr]);
+    __m512 t0 = _mm512_mul_ps(s0[rr], scale), t1 = _mm512_mul_ps(s1[rr], scale);
+    if (md.cap > 0.0f) {
+      t0 = as_m512(softcap_v(as_v16(t0), md));
+      t1 = as_m512(softcap_v(as_v16(t1), md));
+    }
+    alpha[rr] = softmax_step_512(t0, t1, lo[rr], lim[rr], m[rr], l[rr], pf[rr]);
   }
   __m512 acc[NR][DC / 16];
 #pragma GCC unroll 4
@@ -256,14 +266,15 @@ inline void row_block_avx(const Q* q, float* o, float* m, float* l, const int64_
 // All query rows from r0 of a tile in register blocks of RB rows (GQA 3: one block of 3 last).
 template <int DC, int RB, typename Q>
 inline void row_blocks(const Q* q, int64_t r0, int64_t rows, float* o, float* m, float* l, const int64_t* qpos,
-                       int64_t kb, int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale) {
+                       int64_t kb, int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale,
+                       const ScoreMods& md) {
   constexpr int QS = std::is_same_v<Q, uint32_t> ? DC / 2 : DC;  // a query row's stride
   for (; r0 + RB <= rows; r0 += RB)
-    row_block_avx<DC, RB>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale);
+    row_block_avx<DC, RB>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale, md);
   switch (rows - r0) {
-    case 1: row_block_avx<DC, 1>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-    case 2: row_block_avx<DC, 2>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
-    case 3: row_block_avx<DC, 3>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale); break;
+    case 1: row_block_avx<DC, 1>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale, md); break;
+    case 2: row_block_avx<DC, 2>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale, md); break;
+    case 3: row_block_avx<DC, 3>(q + r0 * QS, o + r0 * DC, m + r0, l + r0, qpos + r0, kb, n, kt, vt, scale, md); break;
     default: break;
   }
 }
@@ -286,13 +297,15 @@ inline void amx_configure() { _tile_loadconfig(&ATTN_TILES); }  // per thread
 // from key position kb; sb: scratch of 16 x (DC + KB) floats + 16 x KB bf16.
 template <int DC>
 inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float* l, const int64_t* qpos, int64_t kb,
-                          int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale, float* sb) {
+                          int64_t n, const __m512i* kt, const __m512i* vt, __m512 scale, float* sb,
+                          const ScoreMods& md) {
   constexpr int DV = DC / 16;
-  int64_t lim[16];
+  int64_t lo[16], lim[16];
   bool any = false;
   for (int rr = 0; rr < nr; ++rr) {
     lim[rr] = std::min<int64_t>(n, qpos[rr] - kb + 1);
-    any |= lim[rr] > 0;
+    lo[rr] = key_lo(md, qpos[rr], kb);
+    any |= lim[rr] > lo[rr];
   }
   if (!any) return;
   float* S = sb;                                        // [16][KB] scores
@@ -309,15 +322,21 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
   }
   _tile_stored(0, S, KB * 4);
   _tile_stored(1, S + 16, KB * 4);
+  if (md.cap > 0.0f) {  // S becomes the capped scaled scores: the steps below then scale by 1
+    for (int rr = 0; rr < nr; ++rr)
+      for (int i = 0; i < KB; i += 16)
+        _mm512_store_ps(S + rr * KB + i, as_m512(softcap_v(as_v16(_mm512_mul_ps(_mm512_load_ps(S + rr * KB + i), scale)), md)));
+    scale = _mm512_set1_ps(1.0f);
+  }
   // Online softmax of the 16 rows: the tile maxima first, then one vector exp for every row's
   // rescaling factor, then the probabilities (bf16, into P).
   alignas(64) float mold[16], mnew[16], alpha[16];
   __mmask16 k0[16], k1[16];
   for (int rr = 0; rr < 16; ++rr) {
     mold[rr] = mnew[rr] = 0.0f;
-    if (rr >= nr || lim[rr] <= 0) continue;
-    k0[rr] = lim[rr] >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lim[rr]) - 1);
-    k1[rr] = lim[rr] >= 32 ? __mmask16(0xFFFF) : lim[rr] <= 16 ? __mmask16(0) : __mmask16((1u << (lim[rr] - 16)) - 1);
+    if (rr >= nr || lim[rr] <= lo[rr]) continue;
+    k0[rr] = key_mask(lo[rr], lim[rr], 0);
+    k1[rr] = key_mask(lo[rr], lim[rr], 16);
     const __m512 ninf = _mm512_set1_ps(NEG_INF);
     const __m512 s0 = _mm512_mask_blend_ps(k0[rr], ninf, _mm512_mul_ps(_mm512_load_ps(S + rr * KB), scale));
     const __m512 s1 = _mm512_mask_blend_ps(k1[rr], ninf, _mm512_mul_ps(_mm512_load_ps(S + rr * KB + 16), scale));
@@ -326,7 +345,7 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
   }
   _mm512_store_ps(alpha, as_m512(vexp_le0(as_v16(_mm512_sub_ps(_mm512_load_ps(mold), _mm512_load_ps(mnew))))));
   for (int rr = 0; rr < 16; ++rr) {
-    if (rr >= nr || lim[rr] <= 0) {
+    if (rr >= nr || lim[rr] <= lo[rr]) {
       _mm512_store_si512(P + rr * KB, _mm512_setzero_si512());
       alpha[rr] = 1.0f;
       continue;
@@ -451,7 +470,7 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h0, int64_t nh, float* w
   const int32_t* slots = a.r2t + row * a.r2t_stride;
   const int64_t kend = std::min<int64_t>(ke, maxp + 1);
   const __m512 scale = _mm512_set1_ps(a.scale);
-  for (int64_t kb = ks; kb < kend; kb += KB) {
+  for (int64_t kb = first_key(a, ks, es, ee); kb < kend; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
     for (int64_t hi = 0; hi < nh; ++hi) {
       const int64_t h = h0 + hi, base = hi * rows;
@@ -463,17 +482,19 @@ void run_task_bf16(const Args& a, int64_t task, int64_t h0, int64_t nh, float* w
         for (; rows - r0 >= AMX_MIN_ROWS; r0 += 16)
           row_block_amx<DC>(reinterpret_cast<const uint16_t*>(q2 + (base + r0) * NP),
                             int(std::min<int64_t>(16, rows - r0)), ob + r0 * DC, m + base + r0, l + base + r0,
-                            qpos + base + r0, kb, n, kt, vt, scale, sb);
+                            qpos + base + r0, kb, n, kt, vt, scale, sb, a.mods);
         r0 = std::min(r0, rows);
       }
 #endif
 #ifdef RADIXSERVE_ATTN_BF16_DOT
       if (use_dot) {
-        row_blocks<DC, RB>(q2 + base * NP, r0, rows, ob, m + base, l + base, qpos + base, kb, n, kt, vt, scale);
+        row_blocks<DC, RB>(q2 + base * NP, r0, rows, ob, m + base, l + base, qpos + base, kb, n, kt, vt, scale,
+                           a.mods);
         continue;
       }
 #endif
-      row_blocks<DC, RB>(qf + base * DC, r0, rows, ob, m + base, l + base, qpos + base, kb, n, kt, vt, scale);
+      row_blocks<DC, RB>(qf + base * DC, r0, rows, ob, m + base, l + base, qpos + base, kb, n, kt, vt, scale,
+                         a.mods);
     }
   }
   for (int64_t r = 0; r < nh * rows; ++r) {

@@ -42,7 +42,7 @@ using AddRmsSig = void(at::Tensor, at::Tensor, TRef, double);
 using RopeStoreSig = void(TRef, TRef, TRef, TRef, at::Tensor, at::Tensor, TRef, at::Tensor);
 using SiluMulSig = at::Tensor(TRef);
 using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&,
-                          const OptT&);
+                          const OptT&, int64_t, double);
 
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> typed(const char* name) {
@@ -119,7 +119,7 @@ class LayerStack : public torch::CustomClassHolder {
       }
       o.rope_store.call(linear(lin[0], x), positions, cos, sin, k_bufs_[l], v_bufs_[l], loc, q);
       o.attention.call(q, k_bufs_[l], v_bufs_[l], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries, scaling,
-                       out, std::nullopt, std::nullopt);
+                       out, std::nullopt, std::nullopt, 0, 0.0);  // plain layers only (no window, no cap)
       x = linear(lin[1], out.view({tokens, heads_ * dim})).contiguous();
       o.add_rms.call(x, residual, norms_[2 * l + 1], eps_);
       x = linear(lin[3], o.silu_mul.call(linear(lin[2], x).contiguous())).contiguous();

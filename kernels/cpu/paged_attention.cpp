@@ -13,6 +13,9 @@
 // With AVX-512, key tiles are built with 16x16 transposes (attn_bf16.h); a bf16 pool runs the
 // tiles of attn_bf16.h (pair-interleaved bf16 K/V tiles, exact fp32 FMAs, AMX tile products
 // for blocks of >= 4 query rows where the CPU and the OS allow); run_task is the generic path.
+// Per call, a layer's sliding window and logit soft-cap (attn_mods.h): a window masks the keys
+// left of each query's window and skips the tiles left of every entry's window; a cap maps the
+// scaled scores through cap * tanh(s / cap) before the online softmax.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
@@ -49,6 +52,12 @@ using radixserve_cpu::vstore;
 using radixserve_cpu::to_f;
 inline float exp_le0(float x) { return radixserve_cpu::exp_approx(x); }  // x <= 0 here
 
+// What a layer's attention does beyond causal softmax(q.k * scale) (attn_mods.h).
+struct ScoreMods {
+  int64_t window = 0;                 // > 0: a query at position p sees keys > p - window only
+  float cap = 0.0f, inv_cap = 0.0f;  // cap > 0: scaled scores s -> cap * tanh(s / cap)
+};
+
 struct Args {
   const void* q;
   const void* k;
@@ -64,6 +73,7 @@ struct Args {
   float scale;
   int64_t bf16_mode;  // bf16 pool: 0 the generic fp32 tiles, 1 the AVX-512 bf16 tiles, 2 those with AMX blocks
   int64_t bf16_dot;   // modes 1-2: blocks not on AMX use AVX512-BF16 dot products
+  ScoreMods mods;
 };
 
 // Calls fn(r, src, p) for every query row of entries [es, ee) and KV head h (row r = i * G + g
@@ -102,6 +112,7 @@ int64_t load_queries(const Args& a, int64_t es, int64_t ee, int64_t h, int64_t D
 }
 
 #include "attn_softmax.h"
+#include "attn_mods.h"
 #include "attn_prefetch.h"
 
 constexpr int64_t DIRECT_ROWS = 4;
@@ -115,9 +126,9 @@ inline void prefetch_row(const T* p) {
   __builtin_prefetch(reinterpret_cast<const char*>(p) + 64);
 }
 
-// The task's keys for at most DIRECT_ROWS query rows: each K row is read from the pool once
-// and dotted with every query row (a horizontal sum per key and row), each V row is read
-// once and accumulated into every row; nothing is copied into a tile.
+// The task's keys [ks, kend) for at most DIRECT_ROWS query rows: each K row is read from the
+// pool once and dotted with every query row (a horizontal sum per key and row), each V row is
+// read once and accumulated into every row; nothing is copied into a tile.
 template <typename T, int DC>
 void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slots, int64_t h, int64_t ks,
                 int64_t kend, int64_t rows_p, const float* qf, float* o, float* m, float* l, const int64_t* qpos) {
@@ -148,12 +159,13 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
     }
     float alpha[DIRECT_ROWS];
     for (int64_t r = 0; r < rows_p; ++r) {
-      const int64_t lim = std::min<int64_t>(n, qpos[r] - kb + 1);
-      if (lim <= 0) {
+      const int64_t lim = std::min<int64_t>(n, qpos[r] - kb + 1), lo = key_lo(a.mods, qpos[r], kb);
+      if (lim <= lo) {
         std::fill(s[r], s[r] + KB, 0.0f);
         alpha[r] = 1.0f;
       } else {
-        alpha[r] = softmax_step(s[r], lim, m[r], l[r]);
+        if (a.mods.cap > 0.0f) softcap_row(s[r], a.mods);
+        alpha[r] = softmax_step(s[r], lo, lim, m[r], l[r]);
       }
       for (int64_t x = 0; x < DV; ++x) acc[r][x] *= alpha[r];
     }
@@ -202,15 +214,16 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   const int64_t maxp = load_queries<T>(a, es, ee, h, D, rows_p, qf, o, m, l, qpos);
   const int32_t* slots = a.r2t + row * a.r2t_stride;
   const int64_t kend = std::min<int64_t>(ke, maxp + 1);
+  const int64_t kfirst = first_key(a, ks, es, ee);
   alignas(64) float s[RB][KB];
   bool kend_done = false;
   if constexpr (DC > 0) {
     if (rows_p <= DIRECT_ROWS) {  // few query rows (decode): read K/V in place, no tiles
-      run_direct<T, DC>(a, kbuf, vbuf, slots, h, ks, kend, rows_p, qf, o, m, l, qpos);
+      run_direct<T, DC>(a, kbuf, vbuf, slots, h, kfirst, kend, rows_p, qf, o, m, l, qpos);
       kend_done = true;
     }
   }
-  for (int64_t kb = ks; kb < kend && !kend_done; kb += KB) {
+  for (int64_t kb = kfirst; kb < kend && !kend_done; kb += KB) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
     bool kt_done = false;
 #ifdef RADIXSERVE_ATTN_AVX512
@@ -243,11 +256,12 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
     }
     if constexpr (DC > 0) {
       for (int64_t r0 = 0; r0 < rows_p; r0 += RB) {
-        int64_t lim[RB];
+        int64_t lim[RB], lo[RB];
         bool any = false;
         for (int64_t rr = 0; rr < RB; ++rr) {
           lim[rr] = std::min<int64_t>(n, qpos[r0 + rr] - kb + 1);
-          any |= lim[rr] > 0;
+          lo[rr] = key_lo(a.mods, qpos[r0 + rr], kb);
+          any |= lim[rr] > lo[rr];
         }
         if (!any) continue;
         v16 s0[RB], s1[RB];
@@ -264,12 +278,16 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
         }
         float alpha[RB];
         for (int64_t rr = 0; rr < RB; ++rr) {
-          if (lim[rr] <= 0) {
+          if (lim[rr] <= lo[rr]) {
             vstore(s[rr], v16{});
             vstore(s[rr] + 16, v16{});
             alpha[rr] = 1.0f;
           } else {
-            alpha[rr] = softmax_step_v(s0[rr], s1[rr], lim[rr], m[r0 + rr], l[r0 + rr], s[rr]);
+            if (a.mods.cap > 0.0f) {
+              s0[rr] = softcap_v(s0[rr], a.mods);
+              s1[rr] = softcap_v(s1[rr], a.mods);
+            }
+            alpha[rr] = softmax_step_v(s0[rr], s1[rr], lo[rr], lim[rr], m[r0 + rr], l[r0 + rr], s[rr]);
           }
         }
         v16 acc[RB][DV];
@@ -295,8 +313,8 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
       }
     } else {  // any head size: one row at a time
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t lim = std::min<int64_t>(n, qpos[r] - kb + 1);
-        if (lim <= 0) continue;
+        const int64_t lim = std::min<int64_t>(n, qpos[r] - kb + 1), lo = key_lo(a.mods, qpos[r], kb);
+        if (lim <= lo) continue;
         float* sr = s[0];
         const float* qr = qf + r * D;
         std::fill(sr, sr + KB, 0.0f);
@@ -306,10 +324,11 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
 #pragma omp simd
           for (int j = 0; j < KB; ++j) sr[j] += qd * kr[j];
         }
-        const float alpha = softmax_step(sr, lim, m[r], l[r]);
+        if (a.mods.cap > 0.0f) softcap_row(sr, a.mods);
+        const float alpha = softmax_step(sr, lo, lim, m[r], l[r]);
         float* orow = o + r * D;
         for (int64_t d = 0; d < D; ++d) orow[d] *= alpha;
-        for (int64_t j = 0; j < lim; ++j) {
+        for (int64_t j = lo; j < lim; ++j) {
           const float pj = sr[j];
           const float* vr = vt + j * D;
 #pragma omp simd
@@ -439,7 +458,7 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
                      const at::Tensor& req_to_token, const at::Tensor& tasks, const at::Tensor& entry_tok,
                      const at::Tensor& positions, const at::Tensor& tok_ptr, const at::Tensor& tok_entries,
                      double scale, at::Tensor out, const c10::optional<at::Tensor>& part_o_in,
-                     const c10::optional<at::Tensor>& part_lse_in) {
+                     const c10::optional<at::Tensor>& part_lse_in, int64_t window, double softcap) {
   TORCH_CHECK(q.dim() == 3 && k_buf.dim() == 3 && v_buf.dim() == 3, "q [T,H,D], k/v [S,Hkv,D]");
   TORCH_CHECK(q.is_contiguous() && k_buf.is_contiguous() && v_buf.is_contiguous() && out.is_contiguous(),
               "paged_attention: q, k_buf, v_buf and out must be contiguous");
@@ -450,6 +469,7 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
   TORCH_CHECK(entry_tok.scalar_type() == at::kInt && tok_ptr.scalar_type() == at::kInt &&
                   tok_entries.scalar_type() == at::kInt && positions.scalar_type() == at::kLong,
               "paged_attention: int32 plan, int64 positions");
+  TORCH_CHECK(window >= 0 && softcap >= 0.0, "paged_attention: window and softcap are >= 0 (0: none)");
   const int64_t H = q.size(1), D = q.size(2), Hkv = k_buf.size(1);
   TORCH_CHECK(H % Hkv == 0 && H / Hkv <= MAX_ROWS && k_buf.size(2) == D, "paged_attention: head shapes");
   const int64_t num_entries = entry_tok.size(0), T = q.size(0), G = H / Hkv;
@@ -485,7 +505,8 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
          req_to_token.stride(0), tasks.data_ptr<int32_t>(), entry_tok.data_ptr<int32_t>(),
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
          static_cast<float>(scale), g_bf16_mode.load(std::memory_order_relaxed),
-         g_bf16_dot.load(std::memory_order_relaxed)};
+         g_bf16_dot.load(std::memory_order_relaxed),
+         ScoreMods{window, static_cast<float>(softcap), softcap > 0.0 ? static_cast<float>(1.0 / softcap) : 0.0f}};
   const int64_t num_tasks = tasks.size(0);
   if (q.scalar_type() == at::kFloat) {
     dispatch<float>(a, num_tasks);
@@ -535,7 +556,11 @@ int64_t attention_bf16_dot(int64_t on) {
 }  // namespace
 
 TORCH_LIBRARY(radixserve_cpu, m) {
-  m.def("paged_attention", &paged_attention);
+  // window: a sliding window of that many keys (0: none); softcap: the logit soft-cap (0: none)
+  m.def("paged_attention(Tensor q, Tensor k_buf, Tensor v_buf, Tensor req_to_token, Tensor tasks, Tensor entry_tok, "
+        "Tensor positions, Tensor tok_ptr, Tensor tok_entries, float scale, Tensor out, Tensor? part_o, "
+        "Tensor? part_lse, int window=0, float softcap=0.0) -> ()",
+        &paged_attention);
   m.def("attention_bf16_mode", &attention_bf16_mode);
   m.def("attention_bf16_dot", &attention_bf16_dot);
 }
