@@ -101,6 +101,7 @@ class AttentionBackend(ABC):
     def __init__(self, kv_pool: KVPool) -> None:
         self.kv_pool = kv_pool
         self.layer_attention: list[LayerAttention] = [LayerAttention()] * kv_pool.num_layers
+        self._plain = True  # read per step: computed once, by set_layer_attention
 
     def set_layer_attention(self, layers: list[LayerAttention]) -> None:
         """Declare each layer's attention (once, before the first step; the model's
@@ -109,7 +110,11 @@ class AttentionBackend(ABC):
         if missing:
             raise ValueError(f"attention_backend: the {self.name} backend does not support "
                              f"{', '.join(sorted(missing))}, which this model needs")
+        if len(layers) != self.kv_pool.num_layers:
+            raise ValueError(f"attention_backend: {len(layers)} layers' attention for a pool of "
+                             f"{self.kv_pool.num_layers} layers")
         self.layer_attention = list(layers)
+        self._plain = not any(la.features for la in self.layer_attention)
 
     @property
     def name(self) -> str:
@@ -118,7 +123,7 @@ class AttentionBackend(ABC):
     @property
     def plain(self) -> bool:
         """True when every layer is plain causal attention (no window, no soft-capping)."""
-        return not any(la.features for la in self.layer_attention)
+        return self._plain
 
     @abstractmethod
     def init_forward_metadata(self, batch: ForwardBatch) -> None: ...

@@ -18,17 +18,25 @@ cached goes there as well, except over a bf16 pool where the kernel runs AMX blo
 are faster than flash attention for such blocks.  That is the default ``DenseRule``; the
 model runner passes the one ``worker/tuning/attention_timing.py`` measured on the machine at hand
 (on an AMD Zen 4 the kernel won both kinds of block in bf16).
+
+Sliding windows and logit soft-capping (``LayerAttention``) are the kernel's per-call ``window``
+and ``softcap``.  A backend with such layers keeps one plan per (window, soft-capped) of the
+step, built on first use: a window's plan cuts every task to the keys its tokens see (see
+``cpu_plan.py``), a window no shorter than the step's longest sequence is no window, and a
+soft-capped layer has no flash-attention blocks (flash attention has no cap).  Plain layers
+keep the plain plan and path; ``native_plan`` (the layer stack) is None unless every layer is
+plain, and ``step_attention`` binds each layer's plan and arguments once per step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 
-from radixserve.attention.base import AttentionBackend, ForwardBatch
-from radixserve.attention.cpu_plan import build_plan
+from radixserve.attention.base import AttentionBackend, ForwardBatch, LayerAttention
+from radixserve.attention.cpu_plan import CpuAttnPlan, build_plan
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 
@@ -52,12 +60,27 @@ class DenseRule:
     bf16_dot: bool = False
 
 
+@dataclass
+class _StepPlans:
+    """A step's plans when some layer is not plain: by (effective window, soft-capped), built on
+    first use from the step's host-side sizes (``inputs``)."""
+
+    inputs: tuple
+    max_seq: int
+    plans: dict[tuple[Optional[int], bool], CpuAttnPlan] = field(default_factory=dict)
+
+
+_PLAIN = LayerAttention()
+
+
 def available(kv_pool: KVPool) -> bool:
     """True when the kernel builds/loads here and supports the pool (CPU, fp32 or bf16)."""
     return kv_pool.device.type == "cpu" and kv_pool.dtype in SUPPORTED_DTYPES and cpu_native.load()
 
 
 class CpuBackend(AttentionBackend):
+    supported_features = frozenset({"sliding_window", "logit_softcap"})
+
     def __init__(self, kv_pool: KVPool, dense: Optional[DenseRule] = None) -> None:
         super().__init__(kv_pool)
         if not available(kv_pool):
@@ -70,6 +93,10 @@ class CpuBackend(AttentionBackend):
         if kv_pool.dtype == torch.bfloat16:
             torch.ops.radixserve_cpu.attention_bf16_dot(int(self.dense.bf16_dot))
         self.caller_stores_kv = kv_pool.dtype  # attend reads K/V from the pool only
+
+    @property
+    def name(self) -> str:
+        return "cpu"
 
     @staticmethod
     def default_rule(kv_pool: KVPool) -> DenseRule:
@@ -85,34 +112,50 @@ class CpuBackend(AttentionBackend):
         table = batch.req_to_token.numpy()
         width = int(seq_lens.max()) if len(seq_lens) else 0
         rows = table[req_rows, :width] if len(req_rows) > 1 else table[req_rows, :1]
-        batch.attn_metadata = (rows, req_rows, seq_lens, ext_lens, start_loc)
+        inputs = (rows, req_rows, seq_lens, ext_lens, start_loc)
+        batch.attn_metadata = inputs if self.plain else _StepPlans(inputs, width)
 
-    def _plan(self, batch: ForwardBatch, heads_per_kv: int):
-        """The step's plan, built on the first layer (the query head count comes with q)."""
+    def _plan(self, batch: ForwardBatch, heads_per_kv: int, la: LayerAttention = _PLAIN) -> tuple[CpuAttnPlan, int]:
+        """(the step's plan for a layer like ``la``, the kernel's ``window`` argument: 0 for none),
+        built on the first layer that needs it (the query head count comes with q)."""
         meta = batch.attn_metadata
-        if not isinstance(meta, tuple):
-            return meta
-        rows, req_rows, seq_lens, ext_lens, start_loc = meta
+        if isinstance(meta, CpuAttnPlan):
+            return meta, 0
+        if isinstance(meta, tuple):  # every layer plain: the one plan replaces the step's sizes
+            batch.attn_metadata = self._build_plan(batch, meta, heads_per_kv, None, False)
+            return batch.attn_metadata, 0
+        window = la.sliding_window if la.sliding_window is not None and la.sliding_window < meta.max_seq else None
+        key = (window, la.logit_softcap is not None)
+        if key not in meta.plans:
+            meta.plans[key] = self._build_plan(batch, meta.inputs, heads_per_kv, *key)
+        return meta.plans[key], window or 0
+
+    def _build_plan(self, batch: ForwardBatch, inputs: tuple, heads_per_kv: int, window: Optional[int],
+                    capped: bool) -> CpuAttnPlan:
+        rows, req_rows, seq_lens, ext_lens, start_loc = inputs
+        dense = self.dense if not capped else DenseRule(0, 0)  # flash attention has no soft-cap
         plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
-                          torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=self.dense.shared_min_rows,
-                          dense_causal_min_rows=self.dense.causal_min_rows)
+                          torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=dense.shared_min_rows,
+                          dense_causal_min_rows=dense.causal_min_rows, window=window)
         plan.dense_slots = [batch.req_to_token[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
-        batch.attn_metadata = plan
         return plan
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
                batch: ForwardBatch) -> torch.Tensor:
         pool = self.kv_pool
-        plan = self._plan(batch, q.shape[1] // pool.num_kv_heads)
+        la = self.layer_attention[layer_id]
+        plan, window = self._plan(batch, q.shape[1] // pool.num_kv_heads, la)
         qc = (q if q.dtype == pool.dtype else q.to(pool.dtype)).contiguous()
         out = torch.empty_like(qc)
         parts = self._dense_parts(qc, layer_id, scaling, batch, plan) if plan.dense else None
         cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,
-                                   plan, batch.positions, scaling, out, parts)
+                                   plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
     def native_plan(self, batch: ForwardBatch, num_heads: int) -> Optional[tuple[torch.Tensor, ...]]:
-        plan = self._plan(batch, num_heads // self.kv_pool.num_kv_heads)
+        if not self.plain:  # layers differ in their plan or kernel arguments: not one call for all
+            return None
+        plan, _ = self._plan(batch, num_heads // self.kv_pool.num_kv_heads)
         if plan.dense:
             return None
         return batch.req_to_token, plan.tasks, plan.entry_tok, plan.tok_ptr, plan.tok_entries
@@ -121,6 +164,8 @@ class CpuBackend(AttentionBackend):
         """``attend`` with the plan's tensors, the pool's layers and one output buffer bound once
         per step: a single call into the kernel per layer (see the base class for the contract)."""
         pool = self.kv_pool
+        if not self.plain:
+            return self._step_attention_per_layer(batch, num_heads)
         native = self.native_plan(batch, num_heads)
         if native is None:  # flash-attention blocks of an extend step: the general path
             return super().step_attention(batch, num_heads)
@@ -132,6 +177,34 @@ class CpuBackend(AttentionBackend):
         def attend(q: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
             kernel(q, k_bufs[layer_id], v_bufs[layer_id], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries,
                    scaling, out, None, None)
+            return out
+
+        return attend
+
+    def _step_attention_per_layer(self, batch: ForwardBatch,
+                                  num_heads: int) -> Callable[[torch.Tensor, int, float], torch.Tensor]:
+        """``step_attention`` where layers differ: each layer's plan, window and cap bound once per
+        step; a layer whose plan has flash-attention blocks takes the general path."""
+        pool = self.kv_pool
+        general = super().step_attention(batch, num_heads)
+        kernel = torch.ops.radixserve_cpu.paged_attention.default
+        k_bufs, v_bufs, positions, r2t = pool.k_buffer, pool.v_buffer, batch.positions, batch.req_to_token
+        out = torch.empty(batch.num_tokens, num_heads, pool.head_dim, dtype=pool.dtype)
+        by_kind: dict[LayerAttention, Optional[tuple]] = {}
+        for la in self.layer_attention:
+            if la not in by_kind:
+                plan, window = self._plan(batch, num_heads // pool.num_kv_heads, la)
+                by_kind[la] = None if plan.dense else (plan.tasks, plan.entry_tok, plan.tok_ptr, plan.tok_entries,
+                                                       window, la.logit_softcap or 0.0)
+        bound = [by_kind[la] for la in self.layer_attention]
+
+        def attend(q: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
+            args = bound[layer_id]
+            if args is None:
+                return general(q, layer_id, scaling)
+            tasks, entry_tok, tok_ptr, tok_entries, window, cap = args
+            kernel(q, k_bufs[layer_id], v_bufs[layer_id], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries,
+                   scaling, out, None, None, window, cap)
             return out
 
         return attend

@@ -21,8 +21,16 @@ Built once per step (all layers share it) from host-side sizes, with no per-laye
   prefix (its position >= the prefix length), so no mask is needed there.  Likewise a
   request's own keys when they are exactly its new tokens (a prompt with nothing cached past
   the shared prefix) and they make as many rows: a causal square block.
+* **Sliding windows.**  A layer with a window ``W`` (a token at position p sees keys
+  p - W + 1 .. p) gets its own plan: each task's key range is cut to the keys one of its
+  entries sees (tasks left with none are dropped, shared prefixes wholly left of every
+  member's window among them), before the KV splits, so the threads share the work that is
+  left.  A dense block stays only where the window hides none of its keys (a shared prefix
+  whose members sit below position W, a causal block of at most W tokens); the kernel masks
+  the rest per token.
 * ``tok_ptr``/``tok_entries`` (CSR) list each token's entries for the kernel's merge pass.
-  Every token has at least one entry that sees key position 0, so the merge is never empty.
+  Every token has at least one entry that sees its own position (its own keys' task, cut
+  or not), so the merge is never empty.
 
 Tasks are ordered by decreasing cost (keys x entries) for the kernel's dynamic scheduling.
 """
@@ -79,11 +87,12 @@ def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> li
 def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext_lens: np.ndarray,
                start_loc: np.ndarray, heads_per_kv: int, num_kv_heads: int, num_threads: int,
                min_shared: int = 32, max_rows: int = 128, dense_min_rows: int = 0,
-               dense_causal_min_rows: Optional[int] = None) -> CpuAttnPlan:
+               dense_causal_min_rows: Optional[int] = None, window: Optional[int] = None) -> CpuAttnPlan:
     """``rows [B, >= max(seq_lens)]``: each request's slots (for prefix detection only);
     ``req_rows [B]`` its row in req_to_token; ``start_loc``/``ext_lens``: its packed tokens;
     ``dense_min_rows``: see "Dense groups" (0: none); ``dense_causal_min_rows``: the same for
-    a prompt's own causal block (default: ``dense_min_rows``)."""
+    a prompt's own causal block (default: ``dense_min_rows``); ``window``: the plan of a layer
+    with that sliding window (see "Sliding windows"; None: none)."""
     causal_min = dense_min_rows if dense_causal_min_rows is None else dense_causal_min_rows
     # Python ints and ranges below, numpy only for the whole-array steps: numpy scalar arithmetic
     # costs ~0.1 us an operation, which made this function ~0.15 ms of a batch-64 decode step
@@ -97,7 +106,8 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
     for members, plen in shared_groups(rows, seq_lens, min_shared):
         toks = [t for i in members for t in range(start[i], start[i] + ext[i])]
         after_prefix = all(seq[i] - ext[i] >= plen for i in members)
-        if dense_min_rows > 0 and len(toks) * heads_per_kv >= dense_min_rows and after_prefix:
+        unwindowed = window is None or max(seq[i] for i in members) <= window  # every member token sees key 0
+        if dense_min_rows > 0 and len(toks) * heads_per_kv >= dense_min_rows and after_prefix and unwindowed:
             dense_blocks.append((req[members[0]], 0, plen, toks, False))
         else:
             ranges.append((req[members[0]], 0, plen, toks))
@@ -107,7 +117,7 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
     for i in range(bsz):
         if own_from[i] < seq[i]:
             toks = range(start[i], start[i] + ext[i])
-            square = own_from[i] == seq[i] - ext[i]
+            square = own_from[i] == seq[i] - ext[i] and (window is None or ext[i] <= window)
             if causal_min > 0 and square and ext[i] * heads_per_kv >= causal_min:
                 dense_blocks.append((req[i], own_from[i], seq[i], toks, True))
             else:
@@ -119,6 +129,8 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
             continue
         for b in range(0, len(toks), block):
             tasks.append((row, ks, ke, toks[b: b + block]))
+    if window is not None:
+        tasks = _cut_to_window(tasks, seq, ext, start, window)
     want = 4 * num_threads
     if len(tasks) * num_kv_heads < want:
         split_tasks = []
@@ -149,3 +161,19 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
     table_np = np.array(table, dtype=np.int32).reshape(len(table), 5)
     return CpuAttnPlan(torch.from_numpy(table_np), torch.from_numpy(entry_tok), torch.from_numpy(tok_ptr),
                        torch.from_numpy(order), num_groups, dense)
+
+
+def _cut_to_window(tasks: list[tuple[int, int, int, Sequence[int]]], seq: list[int], ext: list[int],
+                   start: list[int], window: int) -> list[tuple[int, int, int, Sequence[int]]]:
+    """Each task's key range cut to the keys one of its tokens sees under ``window`` (from the
+    first token's window start to the last token's position); tasks left with none dropped."""
+    tok_pos = [0] * sum(ext)
+    for i in range(len(seq)):
+        tok_pos[start[i]: start[i] + ext[i]] = range(seq[i] - ext[i], seq[i])
+    cut = []
+    for row, ks, ke, toks in tasks:
+        pos = [tok_pos[t] for t in toks]
+        lo, hi = max(ks, min(pos) - window + 1), min(ke, max(pos) + 1)
+        if lo < hi:
+            cut.append((row, lo, hi, toks))
+    return cut

@@ -86,3 +86,30 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, what: str, atol: float, r
     tolerances."""
     torch.testing.assert_close(out.float(), ref.float(), atol=atol, rtol=rtol,
                                msg=lambda m: f"{what} ({out.dtype}, atol={atol}, rtol={rtol}): {m}")
+
+
+def layered_case(prefix_lens: Sequence[int], ext_lens: Sequence[int], num_heads: int, num_kv_heads: int,
+                 head_dim: int, dtype: torch.dtype, num_layers: int = 1, shared_prefix: int = 0, seed: int = 0
+                 ) -> tuple[KVPool, ForwardBatch, torch.Tensor]:
+    """(pool, batch, q) of one step on the CPU: random K/V at every slot of every layer (the new
+    tokens' included), request ``i`` with ``prefix_lens[i]`` cached and ``ext_lens[i]`` new tokens
+    at shuffled slots, in table row ``i + 1``; requests with at least ``shared_prefix`` cached
+    tokens share their first ``shared_prefix`` slots (one radix hit).  DECODE when every request
+    has one new token."""
+    gen = torch.Generator().manual_seed(seed)
+    seq = [p + n for p, n in zip(prefix_lens, ext_lens)]
+    num_slots = sum(seq) + shared_prefix + 8
+    pool = random_pool(num_slots, num_layers, num_kv_heads, head_dim, dtype, gen)
+    free = (torch.randperm(num_slots - 1, generator=gen) + 1).tolist()
+    common = [free.pop() for _ in range(shared_prefix)]
+    table = torch.zeros(len(seq) + 1, max(seq) + 3, dtype=torch.int32)
+    new_slots = []
+    for i, (p, n) in enumerate(zip(prefix_lens, ext_lens)):
+        row = (common if shared_prefix and p >= shared_prefix else [])[:p]
+        row = row + [free.pop() for _ in range(p + n - len(row))]
+        table[i + 1, : p + n] = torch.tensor(row, dtype=torch.int32)
+        new_slots += row[p:]
+    mode = ForwardMode.DECODE if all(n == 1 for n in ext_lens) else ForwardMode.EXTEND
+    batch = paged_batch(mode, table, list(range(1, len(seq) + 1)), list(prefix_lens), list(ext_lens), new_slots)
+    q = torch.randn(sum(ext_lens), num_heads, head_dim, generator=gen).to(dtype)
+    return pool, batch, q
