@@ -12,6 +12,10 @@ tile) and writes, per head, the chunk's normalised partial output
 ``attn_logits[b, h, split, :]`` and its log-sum-exp ``attn_lse[b, h, split]``.
 Stage 2, grid (B, H): merges the non-empty splits by their log-sum-exp.
 
+A layer's sliding window ``W`` restricts the context to its last ``W`` positions (the one
+query sits at the last), which the splits then cut; a logit cap ``c`` maps the scaled scores
+to ``c * tanh(s / c)`` (``_attn_mods``).
+
 Layout:
   * ``q`` ``[B, H, D]`` (token/head strides free, last dim contiguous), fp32/fp16/bf16.
   * ``k_buffer``/``v_buffer`` ``[S, Hkv, D]`` one pool layer (cast to q's dtype on load).
@@ -27,19 +31,34 @@ import torch
 import triton
 import triton.language as tl
 
+from radixserve.kernels._attn_mods import _attend_paged_mod, mod_args
 from radixserve.kernels._utils import _attend_paged, dot_flags, next_pow2
+
+
+@triton.jit
+def _split_range(seq_len, num_splits, split, window, WINDOW: tl.constexpr):
+    """``(start, end, span, per_split)``: the positions ``[start, end)`` of one split of the
+    context ``[seq_len - span, seq_len)`` (the last ``window`` positions under a window)."""
+    kv_start = 0
+    if WINDOW:
+        kv_start = tl.maximum(seq_len - window, 0)
+    span = seq_len - kv_start
+    per_split = tl.cdiv(span, num_splits)
+    start = kv_start + split * per_split
+    end = tl.minimum(start + per_split, seq_len)
+    return start, end, span, per_split
 
 
 @triton.jit
 def _decode_stage1_kernel(
     Q, KBuf, VBuf, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, AttOut, AttLse,
-    sm_scale,
+    sm_scale, window, logit_cap,
     stride_qb, stride_qh, stride_kbt, stride_kbh, stride_vbt, stride_vbh, stride_rr,
     stride_ab, stride_ah, stride_as, stride_lb, stride_lh,
     D,
     KV_GROUP: tl.constexpr, HEAD_BLOCKS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    UPCAST: tl.constexpr, IEEE: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1) // HEAD_BLOCKS
@@ -55,9 +74,7 @@ def _decode_stage1_kernel(
     seq_len = tl.load(SeqLens + b).to(tl.int32)
     num_splits = tl.load(NumSplits + b).to(tl.int32)
     req = tl.load(ReqPoolIdx + b).to(tl.int64)
-    per_split = tl.cdiv(seq_len, num_splits)
-    start = split * per_split
-    end = tl.minimum(start + per_split, seq_len)
+    start, end, span, per_split = _split_range(seq_len, num_splits, split, window, WINDOW)
     end = tl.where(split < num_splits, end, start)  # splits past num_splits are empty
 
     q = tl.load(
@@ -67,9 +84,14 @@ def _decode_stage1_kernel(
     m_i = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    m_i, l_i, acc = _attend_paged(q, m_i, l_i, acc, ReqToToken + req * stride_rr, start, end, end, KBuf, VBuf,
-                                  kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt, stride_vbh, sm_scale,
-                                  BLOCK_N, UPCAST, IEEE)
+    if SOFTCAP:  # the window is the split range already: no mask per row
+        m_i, l_i, acc = _attend_paged_mod(q, offs_g, m_i, l_i, acc, ReqToToken + req * stride_rr, start, end, end,
+                                          KBuf, VBuf, kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt,
+                                          stride_vbh, sm_scale, window, logit_cap, BLOCK_N, UPCAST, IEEE, False, True)
+    else:
+        m_i, l_i, acc = _attend_paged(q, m_i, l_i, acc, ReqToToken + req * stride_rr, start, end, end, KBuf, VBuf,
+                                      kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt, stride_vbh, sm_scale,
+                                      BLOCK_N, UPCAST, IEEE)
 
     live_h = mask_h & ((tl.zeros([BLOCK_H], dtype=tl.int32) + end) > start)
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
@@ -82,10 +104,10 @@ def _decode_stage1_kernel(
 
 @triton.jit
 def _decode_stage2_kernel(
-    AttOut, AttLse, O, SeqLens, NumSplits,
+    AttOut, AttLse, O, SeqLens, NumSplits, window,
     stride_ab, stride_ah, stride_as, stride_lb, stride_lh, stride_ob, stride_oh,
     D,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, WINDOW: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -93,7 +115,7 @@ def _decode_stage2_kernel(
     mask_d = offs_d < D
     seq_len = tl.load(SeqLens + b).to(tl.int32)
     num_splits = tl.load(NumSplits + b).to(tl.int32)
-    per_split = tl.cdiv(seq_len, num_splits)
+    _, _, span, per_split = _split_range(seq_len, num_splits, 0, window, WINDOW)
 
     m = -1.0e30
     denom = 0.0
@@ -101,9 +123,9 @@ def _decode_stage2_kernel(
     base_l = AttLse + b.to(tl.int64) * stride_lb + h * stride_lh
     base_a = AttOut + b.to(tl.int64) * stride_ab + h * stride_ah
     for s in range(0, num_splits):
-        live = s * per_split < seq_len
+        live = s * per_split < span
         lse = tl.load(base_l + s, mask=live, other=float("-inf"))
-        live_d = mask_d & ((tl.zeros([BLOCK_D], dtype=tl.int32) + s * per_split) < seq_len)
+        live_d = mask_d & ((tl.zeros([BLOCK_D], dtype=tl.int32) + s * per_split) < span)
         part = tl.load(base_a + s * stride_as + offs_d, mask=live_d, other=0.0)
         m_new = tl.maximum(m, lse)
         alpha = tl.exp(m - m_new)
@@ -138,6 +160,8 @@ def decode_attention_fwd(
     attn_lse: torch.Tensor | None = None,
     block_n: int | None = None,
     block_h: int = 16,
+    sliding_window: int | None = None,
+    logit_cap: float | None = None,
 ) -> torch.Tensor:
     """Write the decode attention of ``q [B, H, D]`` into ``out [B, H, D]`` and return it.
 
@@ -145,6 +169,8 @@ def decode_attention_fwd(
     when not given.  ``block_n`` defaults to 64 (32 above head_dim 128, to stay within
     shared memory).  Block sizes are powers of two; ``tl.dot`` on a GPU needs
     ``block_h, block_n >= 16`` (block_h is a tile size: smaller groups are masked).
+    ``sliding_window`` (>= 1) and ``logit_cap`` (> 0): the layer's window and soft-cap (None:
+    none); under a window the splits cut the last ``sliding_window`` positions.
     """
     batch, num_heads, head_dim = q.shape
     if batch == 0:
@@ -165,10 +191,11 @@ def decode_attention_fwd(
     head_blocks = triton.cdiv(group, block_h)
     block_d = next_pow2(head_dim)
     upcast, ieee = dot_flags(q.dtype, _decode_stage1_kernel)
+    window, cap, has_window, has_cap = mod_args(sliding_window, logit_cap)
     _decode_stage1_kernel[(batch, num_kv_heads * head_blocks, max_kv_splits)](
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits,
         attn_logits, attn_lse,
-        float(scaling),
+        float(scaling), window, cap,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1), req_to_token.stride(0),
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
@@ -176,15 +203,15 @@ def decode_attention_fwd(
         head_dim,
         KV_GROUP=group, HEAD_BLOCKS=head_blocks,
         BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
-        UPCAST=upcast, IEEE=ieee,
+        UPCAST=upcast, IEEE=ieee, WINDOW=has_window, SOFTCAP=has_cap,
         num_warps=4, num_stages=2,
     )
     _decode_stage2_kernel[(batch, num_heads)](
-        attn_logits, attn_lse, out, seq_lens, num_kv_splits,
+        attn_logits, attn_lse, out, seq_lens, num_kv_splits, window,
         attn_logits.stride(0), attn_logits.stride(1), attn_logits.stride(2),
         attn_lse.stride(0), attn_lse.stride(1), out.stride(0), out.stride(1),
         head_dim,
-        BLOCK_D=block_d,
+        BLOCK_D=block_d, WINDOW=has_window,
         num_warps=4 if block_d >= 128 else 2,
     )
     return out

@@ -18,6 +18,10 @@ Layout (all on one device):
     softmax and accumulation in fp32; ``out`` ``[T, H, D]`` (contiguous) in its own dtype.
 
 Grid: (B, H, cdiv(max_extend_len, BLOCK_M)); blocks past a request's length do no work.
+
+A layer's sliding window ``W`` (new token at position ``p`` sees positions ``p - W + 1 .. p``)
+masks both stages per query row and starts each stage at the first key the block's first
+row sees; a logit cap ``c`` maps the scaled scores to ``c * tanh(s / c)`` (``_attn_mods``).
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixserve.kernels._attn_mods import _attend_paged_mod, _softcap, mod_args
 from radixserve.kernels._utils import _attend_paged, _dot, _online_softmax_step, dot_flags, next_pow2
 
 
@@ -32,13 +37,13 @@ from radixserve.kernels._utils import _attend_paged, _dot, _online_softmax_step,
 def _extend_attn_kernel(
     Q, KExt, VExt, O, KBuf, VBuf, ReqToToken,
     ReqPoolIdx, PrefixLens, ExtLens, ExtStart,
-    sm_scale,
+    sm_scale, window, logit_cap,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
     stride_kbt, stride_kbh, stride_vbt, stride_vbh, stride_rr,
     D,
     KV_GROUP: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    UPCAST: tl.constexpr, IEEE: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -66,15 +71,27 @@ def _extend_attn_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    # Stage 1: the cached prefix, read through req_to_token; no mask but the length.
+    # Stage 1: the cached prefix, read through req_to_token; no mask but the length (and the window).
     prefix_end = tl.where(block_live, prefix_len, 0)
-    m_i, l_i, acc = _attend_paged(q, m_i, l_i, acc, ReqToToken + req * stride_rr, 0, prefix_end, prefix_len,
-                                  KBuf, VBuf, kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt, stride_vbh,
-                                  sm_scale, BLOCK_N, UPCAST, IEEE)
+    if WINDOW or SOFTCAP:
+        first = 0
+        if WINDOW:  # the first key the block's first row sees
+            first = tl.maximum(prefix_len + mb * BLOCK_M - window + 1, 0)
+        m_i, l_i, acc = _attend_paged_mod(q, prefix_len + offs_m, m_i, l_i, acc, ReqToToken + req * stride_rr, first,
+                                          prefix_end, prefix_len, KBuf, VBuf, kvh, offs_d, mask_d, stride_kbt,
+                                          stride_kbh, stride_vbt, stride_vbh, sm_scale, window, logit_cap,
+                                          BLOCK_N, UPCAST, IEEE, WINDOW, SOFTCAP)
+    else:
+        m_i, l_i, acc = _attend_paged(q, m_i, l_i, acc, ReqToToken + req * stride_rr, 0, prefix_end, prefix_len,
+                                      KBuf, VBuf, kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt, stride_vbh,
+                                      sm_scale, BLOCK_N, UPCAST, IEEE)
 
     # Stage 2: the new tokens themselves, causal; only up to the end of this query block.
     ext_end = tl.where(block_live, tl.minimum((mb + 1) * BLOCK_M, ext_len), 0)
-    for start_n in range(0, ext_end, BLOCK_N):
+    ext_first = 0
+    if WINDOW:
+        ext_first = tl.maximum(mb * BLOCK_M - window + 1, 0)
+    for start_n in range(ext_first, ext_end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < ext_len
         k = tl.load(
@@ -82,7 +99,11 @@ def _extend_attn_kernel(
             mask=mask_n[None, :] & mask_d[:, None], other=0.0,
         ).to(dt)
         qk = _dot(q, k, UPCAST, IEEE) * sm_scale
+        if SOFTCAP:
+            qk = _softcap(qk, logit_cap)
         causal = mask_n[None, :] & (offs_m[:, None] >= offs_n[None, :])
+        if WINDOW:
+            causal = causal & (offs_n[None, :] > offs_m[:, None] - window)
         qk = tl.where(causal, qk, float("-inf"))
         v = tl.load(
             VExt + (ext_start + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
@@ -121,12 +142,15 @@ def extend_attention_fwd(
     block_m: int | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
+    sliding_window: int | None = None,
+    logit_cap: float | None = None,
 ) -> torch.Tensor:
     """Write the extend attention of every new token into ``out [T, H, D]`` and return it.
 
     ``max_extend_len`` (host int) must be >= every ``extend_seq_lens[i]``; ``seq_lens`` is
     accepted for interface symmetry (``seq_lens == prefix + extend`` is assumed).  Block
     sizes must be powers of two; ``tl.dot`` on a GPU needs ``block_m, block_n >= 16``.
+    ``sliding_window`` (>= 1) and ``logit_cap`` (> 0): the layer's window and soft-cap (None: none).
     """
     del seq_lens
     num_tokens, num_heads, head_dim = q_extend.shape
@@ -145,11 +169,12 @@ def extend_attention_fwd(
     block_m = block_m or dm
     block_n = block_n or dn
     upcast, ieee = dot_flags(q_extend.dtype, _extend_attn_kernel)
+    window, cap, has_window, has_cap = mod_args(sliding_window, logit_cap)
     grid = (batch, num_heads, triton.cdiv(max(int(max_extend_len), 1), block_m))
     _extend_attn_kernel[grid](
         q_extend, k_extend, v_extend, out, k_buffer, v_buffer, req_to_token,
         req_pool_indices, extend_prefix_lens, extend_seq_lens, extend_start_loc,
-        float(scaling),
+        float(scaling), window, cap,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
         v_extend.stride(0), v_extend.stride(1), out.stride(0), out.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
@@ -157,7 +182,7 @@ def extend_attention_fwd(
         head_dim,
         KV_GROUP=num_heads // num_kv_heads,
         BLOCK_D=next_pow2(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-        UPCAST=upcast, IEEE=ieee,
+        UPCAST=upcast, IEEE=ieee, WINDOW=has_window, SOFTCAP=has_cap,
         num_warps=num_warps or (4 if head_dim <= 64 else 8),
         num_stages=1,
     )

@@ -10,10 +10,15 @@ length (grid size) in EXTEND mode; in DECODE mode the number of KV splits of eac
 and the split-KV scratch buffers (allocated on the first layer, when the number of query
 heads is known, and reused by the other layers).  Per layer, ``forward`` scatters the new
 K/V into the pool with the kv_store kernel, then runs the extend or the decode kernel.
+
+Sliding windows and logit soft-capping (``LayerAttention``) are the kernels' own
+``sliding_window`` / ``logit_cap`` arguments, per layer.  In DECODE mode a window's layers cut
+their last ``W`` positions into splits, so their split counts come from ``min(seq_len, W)``
+(computed once per step and window).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -26,6 +31,7 @@ class TritonMetadata:
     mode: ForwardMode
     max_extend_len: int = 0  # EXTEND: grid size along the query blocks
     num_kv_splits: Optional[torch.Tensor] = None  # DECODE: int32 [B]
+    window_splits: dict[int, torch.Tensor] = field(default_factory=dict)  # DECODE: the same by sliding window
     attn_logits: Optional[torch.Tensor] = None  # DECODE: fp32 [B, H, max_kv_splits, D]
     attn_lse: Optional[torch.Tensor] = None  # DECODE: fp32 [B, H, max_kv_splits]
 
@@ -34,6 +40,8 @@ class TritonBackend(AttentionBackend):
     """``max_kv_splits``: most KV chunks of one decode request; a request of ``L`` tokens
     gets ``clamp(cdiv(L, min_tokens_per_split), 1, max_kv_splits)`` splits.  Block sizes
     default to the kernels' GPU defaults; tests pass small ones."""
+
+    supported_features = frozenset({"sliding_window", "logit_softcap"})
 
     def __init__(
         self,
@@ -57,11 +65,20 @@ class TritonBackend(AttentionBackend):
         self.decode_block_n = decode_block_n
         self.decode_block_h = decode_block_h
 
+    @property
+    def name(self) -> str:
+        return "triton"
+
+    def _splits(self, lens: torch.Tensor) -> torch.Tensor:
+        splits = (lens + self.min_tokens_per_split - 1) // self.min_tokens_per_split
+        return splits.clamp(1, self.max_kv_splits).to(torch.int32)
+
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         if batch.mode == ForwardMode.DECODE:
-            splits = (batch.seq_lens + self.min_tokens_per_split - 1) // self.min_tokens_per_split
-            splits = splits.clamp(1, self.max_kv_splits).to(torch.int32)
-            batch.attn_metadata = TritonMetadata(batch.mode, num_kv_splits=splits)
+            meta = TritonMetadata(batch.mode, num_kv_splits=self._splits(batch.seq_lens))
+            for w in () if self.plain else {la.sliding_window for la in self.layer_attention} - {None}:
+                meta.window_splits[w] = self._splits(batch.seq_lens.clamp(max=w))
+            batch.attn_metadata = meta
             return
         if batch.extend_seq_lens_cpu:
             max_ext = max(batch.extend_seq_lens_cpu)
@@ -77,6 +94,7 @@ class TritonBackend(AttentionBackend):
                batch: ForwardBatch) -> torch.Tensor:
         k_buf = self.kv_pool.k_buffer[layer_id]
         v_buf = self.kv_pool.v_buffer[layer_id]
+        la = self.layer_attention[layer_id]
         meta: TritonMetadata = batch.attn_metadata
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if batch.mode == ForwardMode.DECODE:
@@ -89,12 +107,14 @@ class TritonBackend(AttentionBackend):
                 meta.attn_logits, meta.attn_lse = self._k.alloc_decode_buffers(
                     bsz, num_heads, head_dim, self.max_kv_splits, q.device
                 )
+            splits = meta.num_kv_splits if la.sliding_window is None else meta.window_splits[la.sliding_window]
             self._k.decode_attention_fwd(
                 q, k_buf, v_buf, out,
                 batch.req_to_token, batch.req_pool_indices, batch.seq_lens,
-                meta.num_kv_splits, self.max_kv_splits, scaling,
+                splits, self.max_kv_splits, scaling,
                 attn_logits=meta.attn_logits, attn_lse=meta.attn_lse,
                 block_n=self.decode_block_n, block_h=self.decode_block_h,
+                sliding_window=la.sliding_window, logit_cap=la.logit_softcap,
             )
             return out
         self._k.extend_attention_fwd(
@@ -103,5 +123,6 @@ class TritonBackend(AttentionBackend):
             batch.extend_prefix_lens, batch.extend_seq_lens, batch.extend_start_loc,
             meta.max_extend_len, scaling,
             block_m=self.extend_block_m, block_n=self.extend_block_n,
+            sliding_window=la.sliding_window, logit_cap=la.logit_softcap,
         )
         return out
