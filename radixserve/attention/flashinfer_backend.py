@@ -16,15 +16,21 @@ mask to the end of the KV, which is exactly "new token ``j`` sees positions
 interface only reveals in ``forward``; so ``init_forward_metadata`` builds the index
 tensors and the first ``forward`` of a step plans (re-planning only if those change,
 e.g. never across layers of one model).  FlashInfer kernels support fp16/bf16 only.
+
+Sliding windows and logit soft-capping (``LayerAttention``) go to ``plan``: ``window_left =
+W - 1`` (FlashInfer's window counts the keys left of the query, HF's ``W`` counts the query's
+own) and ``logits_soft_cap = c`` (applied to the scaled scores, as HF does).  A plan holds one
+of each, so every distinct (window, cap) of the model gets its own wrappers, planned once per
+step on the first layer that uses them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 
-from radixserve.attention.base import AttentionBackend, ForwardBatch, ForwardMode
+from radixserve.attention.base import AttentionBackend, ForwardBatch, ForwardMode, LayerAttention
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
@@ -55,10 +61,23 @@ class FlashInferMetadata:
     kv_indptr: torch.Tensor  # int32 [B+1]
     kv_indices: torch.Tensor  # int32 [sum(seq_lens)]
     kv_last_page_len: torch.Tensor  # int32 [B], ones
-    plan_key: Any = None  # (num_heads, head_dim, scaling, q dtype, kv dtype) last planned
+    # by the wrapper's (window, cap): (num_heads, head_dim, scaling, q dtype, kv dtype) last planned
+    plan_keys: dict[tuple, Any] = field(default_factory=dict)
+
+
+def plan_mods(la: LayerAttention) -> dict[str, Any]:
+    """FlashInfer's ``plan`` arguments for a layer's window and cap (none for a plain layer)."""
+    mods: dict[str, Any] = {}
+    if la.sliding_window is not None:
+        mods["window_left"] = la.sliding_window - 1  # keys left of the query; HF's window counts the query too
+    if la.logit_softcap is not None:
+        mods["logits_soft_cap"] = float(la.logit_softcap)
+    return mods
 
 
 class FlashInferBackend(AttentionBackend):
+    supported_features = frozenset({"sliding_window", "logit_softcap"})
+
     def __init__(self, kv_pool, workspace_bytes: int = WORKSPACE_BYTES) -> None:
         super().__init__(kv_pool)
         try:
@@ -72,16 +91,27 @@ class FlashInferBackend(AttentionBackend):
             raise ValueError("attention_backend=flashinfer needs the KV pool on a CUDA device")
         self._fi = flashinfer
         self.workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=kv_pool.device)
-        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
-        self._decode_wrappers: dict[bool, Any] = {}  # keyed by use_tensor_cores
+        self._prefill_wrappers: dict[tuple, Any] = {}  # keyed by (window, cap)
+        self._decode_wrappers: dict[tuple, Any] = {}  # keyed by (use_tensor_cores, window, cap)
 
-    def _decode_wrapper(self, use_tensor_cores: bool):
-        w = self._decode_wrappers.get(use_tensor_cores)
+    @property
+    def name(self) -> str:
+        return "flashinfer"
+
+    def _prefill_wrapper(self, mods: tuple):
+        w = self._prefill_wrappers.get(mods)
+        if w is None:
+            w = self._fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
+            self._prefill_wrappers[mods] = w
+        return w
+
+    def _decode_wrapper(self, use_tensor_cores: bool, mods: tuple):
+        w = self._decode_wrappers.get((use_tensor_cores, mods))
         if w is None:
             w = self._fi.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_tensor_cores=use_tensor_cores
             )
-            self._decode_wrappers[use_tensor_cores] = w
+            self._decode_wrappers[(use_tensor_cores, mods)] = w
         return w
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
@@ -98,30 +128,33 @@ class FlashInferBackend(AttentionBackend):
             qo_indptr[1:] = torch.cumsum(batch.extend_seq_lens, 0).to(torch.int32)
         batch.attn_metadata = FlashInferMetadata(batch.mode, qo_indptr, kv_indptr, kv_indices, last)
 
-    def _plan(self, meta: FlashInferMetadata, q: torch.Tensor, scaling: float) -> Any:
-        """Plan the wrapper of this step's mode once per step (``q`` in the pool's dtype)."""
+    def _plan(self, meta: FlashInferMetadata, q: torch.Tensor, scaling: float, la: LayerAttention) -> Any:
+        """Plan the wrapper of this step's mode and ``la``'s window and cap once per step (``q`` in
+        the pool's dtype)."""
         pool = self.kv_pool
         num_heads, head_dim = int(q.shape[1]), int(q.shape[2])
         use_tc = num_heads // pool.num_kv_heads >= 4
         key = (num_heads, head_dim, float(scaling), q.dtype, pool.dtype)
+        mods_key = (la.sliding_window, la.logit_softcap)
+        planned = meta.plan_keys.get(mods_key) == key
         if meta.mode == ForwardMode.DECODE:
-            wrapper = self._decode_wrapper(use_tc)
-            if meta.plan_key != key:
+            wrapper = self._decode_wrapper(use_tc, mods_key)
+            if not planned:
                 wrapper.plan(
                     meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len,
                     num_heads, pool.num_kv_heads, head_dim, 1,
-                    sm_scale=float(scaling), q_data_type=q.dtype, kv_data_type=pool.dtype,
+                    sm_scale=float(scaling), q_data_type=q.dtype, kv_data_type=pool.dtype, **plan_mods(la),
                 )
         else:
-            wrapper = self.prefill_wrapper
-            if meta.plan_key != key:
+            wrapper = self._prefill_wrapper(mods_key)
+            if not planned:
                 wrapper.plan(
                     meta.qo_indptr, meta.kv_indptr, meta.kv_indices, meta.kv_last_page_len,
                     num_heads, pool.num_kv_heads, head_dim, 1,
                     causal=True, sm_scale=float(scaling),
-                    q_data_type=q.dtype, kv_data_type=pool.dtype,
+                    q_data_type=q.dtype, kv_data_type=pool.dtype, **plan_mods(la),
                 )
-        meta.plan_key = key
+        meta.plan_keys[mods_key] = key
         return wrapper
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
@@ -129,7 +162,7 @@ class FlashInferBackend(AttentionBackend):
         pool = self.kv_pool
         meta: FlashInferMetadata = batch.attn_metadata
         q_in = q if q.dtype == pool.dtype else q.to(pool.dtype)
-        wrapper = self._plan(meta, q_in, scaling)
+        wrapper = self._plan(meta, q_in, scaling, self.layer_attention[layer_id])
         num_slots, hkv, d = pool.k_buffer[layer_id].shape
         kv_cache = (
             pool.k_buffer[layer_id].view(num_slots, 1, hkv, d),

@@ -6,47 +6,76 @@ flashinfer).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
-from radixserve.attention.base import AttentionBackend
+from radixserve.attention.base import AttentionBackend, LayerAttention
 from radixserve.mem_cache.kv_pool import KVPool
 
+NAMES = ("cpu", "torch_native", "triton", "flashinfer")
 
-def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device, cpu_dense=None) -> AttentionBackend:
+
+def _backend_class(name: str) -> type[AttentionBackend]:
+    if name == "cpu":
+        from radixserve.attention.cpu_backend import CpuBackend
+
+        return CpuBackend
+    if name == "torch_native":
+        from radixserve.attention.torch_native import TorchNativeBackend
+
+        return TorchNativeBackend
+    if name == "triton":
+        from radixserve.attention.triton_backend import TritonBackend
+
+        return TritonBackend
+    if name == "flashinfer":
+        from radixserve.attention.flashinfer_backend import FlashInferBackend
+
+        return FlashInferBackend
+    raise ValueError(f"attention_backend: unknown backend {name!r} (auto|{'|'.join(NAMES)})")
+
+
+def _auto(kv_pool: KVPool, device: torch.device, needed: frozenset[str]) -> str:
+    """The best backend here that computes every feature in ``needed``."""
+    if device.type == "cuda":
+        try:
+            import flashinfer  # noqa: F401
+
+            candidates = ["flashinfer", "triton"]
+        except ImportError:
+            candidates = ["triton"]
+    else:
+        from radixserve.attention import cpu_backend
+
+        candidates = ["cpu", "torch_native"] if cpu_backend.available(kv_pool) else ["torch_native"]
+    for name in candidates:
+        if needed <= _backend_class(name).supported_features:
+            return name
+    return candidates[-1]  # set_layer_attention names what it lacks
+
+
+def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device, cpu_dense=None,
+                             layers: Optional[list[LayerAttention]] = None) -> AttentionBackend:
     """Resolve ``--attention-backend`` (auto|cpu|torch_native|triton|flashinfer) to an instance.
 
     auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise; on the CPU the
     native kernel (``cpu``) when it builds here and supports the pool's dtype, else
-    torch_native (the kernel's loader has logged one warning saying why).  ``cpu_dense``: the
-    cpu backend's ``DenseRule``, or a callable taking the pool and returning one (called only
-    when that backend is chosen); None: its default.
+    torch_native (the kernel's loader has logged one warning saying why); of those, the first
+    that supports every feature ``layers`` needs.  ``cpu_dense``: the cpu backend's
+    ``DenseRule``, or a callable taking the pool and returning one (called only when that
+    backend is chosen); None: its default.  ``layers``: each layer's ``LayerAttention`` (the
+    model's ``layer_attention()``), declared to the backend; a backend named explicitly that
+    lacks a feature raises ValueError naming it.  None: every layer plain.
     """
+    needed = frozenset().union(*(la.features for la in layers)) if layers else frozenset()
     if name == "auto":
-        if device.type == "cuda":
-            try:
-                import flashinfer  # noqa: F401
-
-                name = "flashinfer"
-            except ImportError:
-                name = "triton"
-        else:
-            from radixserve.attention import cpu_backend
-
-            name = "cpu" if cpu_backend.available(kv_pool) else "torch_native"
+        name = _auto(kv_pool, device, needed)
+    cls = _backend_class(name)
     if name == "cpu":
-        from radixserve.attention.cpu_backend import CpuBackend
-
-        return CpuBackend(kv_pool, cpu_dense(kv_pool) if callable(cpu_dense) else cpu_dense)
-    if name == "torch_native":
-        from radixserve.attention.torch_native import TorchNativeBackend
-
-        return TorchNativeBackend(kv_pool)
-    if name == "triton":
-        from radixserve.attention.triton_backend import TritonBackend
-
-        return TritonBackend(kv_pool)
-    if name == "flashinfer":
-        from radixserve.attention.flashinfer_backend import FlashInferBackend
-
-        return FlashInferBackend(kv_pool)
-    raise ValueError(f"attention_backend: unknown backend {name!r} (auto|cpu|torch_native|triton|flashinfer)")
+        backend = cls(kv_pool, cpu_dense(kv_pool) if callable(cpu_dense) else cpu_dense)
+    else:
+        backend = cls(kv_pool)
+    if layers is not None:
+        backend.set_layer_attention(layers)
+    return backend
