@@ -1,6 +1,7 @@
-"""Multi-head latent attention (``model/mla.py``, DeepSeek-V2): the pool holds one compressed
-vector per token and layer (K and V in one tensor), the attention module alone matches
-transformers' on random inputs, tensor parallelism is refused and quantization runs."""
+"""Multi-head latent attention (``model/mla.py``, DeepSeek-V2/V3): the pool holds one compressed
+vector per token and layer (K and V in one tensor), the attention module and the DeepSeek MoE
+block alone match transformers' on random inputs, tensor parallelism is refused and
+quantization runs.  Whole models against transformers: tests/core/test_families.py."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,8 @@ import torch
 from radixserve.attention.base import ForwardMode
 from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.mem_cache.kv_pool import KVPool
-from radixserve.model.deepseek_v2 import DeepseekV2ForCausalLM
+from radixserve.model.deepseek_v2 import DeepseekMoE, DeepseekV2ForCausalLM
+from radixserve.model.fused_ops import TorchOps
 from radixserve.model.quant import QuantLinear
 from radixserve.parallel.layout import TPLayout
 from tests.helpers.attention_cases import paged_batch
@@ -88,6 +90,30 @@ def test_mla_module_matches_transformers_attention(q_lora_rank, rope):
         with torch.no_grad():
             got.append(ours.layers[0].self_attn.forward(x[0, start:end], batch, backend))
     torch.testing.assert_close(torch.cat(got), want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name,method", [("deepseek_v2-moe", "greedy"), ("deepseek_v2-moe", "group_limited_greedy"),
+                                         ("deepseek_v3", None)])
+def test_moe_block_matches_transformers(name, method):
+    """Routing (softmax greedy / group-limited, V3's biased sigmoid groups), routed scaling and
+    the shared experts, on 64 random tokens."""
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2Moe
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+
+    cls, kw = FAMILIES[name]()
+    cfg = cls(**(kw if method is None else dict(kw, topk_method=method)))
+    torch.manual_seed(1)
+    hf = (DeepseekV3MoE if method is None else DeepseekV2Moe)(cfg).eval()
+    state = {k: torch.randn_like(v) * 0.3 for k, v in hf.state_dict().items()}
+    hf.load_state_dict(state)
+    ours = DeepseekMoE(cfg, TorchOps, v3=method is None)
+    prefix = "shared_experts."
+    shared = {prefix + "gate_up_proj.weight": torch.cat([state.pop(prefix + "gate_proj.weight"),
+                                                         state.pop(prefix + "up_proj.weight")])}
+    ours.load_state_dict(dict(state, **shared))
+    x = torch.randn(64, cfg.hidden_size)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), hf(x), atol=1e-5, rtol=1e-4)
 
 
 def test_tensor_parallelism_is_refused():

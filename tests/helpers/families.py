@@ -73,15 +73,36 @@ def _qwen3_moe():
     return Qwen3MoeConfig, dict(MOE, num_experts_per_tok=4, norm_topk_prob=True, head_dim=32, tie_word_embeddings=True)
 
 
+MLA = dict(COMMON, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+           tie_word_embeddings=False)
+DEEPSEEK_MOE = dict(first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=3, moe_intermediate_size=32,
+                    n_group=4, topk_group=2, routed_scaling_factor=2.5)
+
+
 def _deepseek_v2():
     from transformers import DeepseekV2Config
 
     # multi-head latent attention (q_lora_rank set), yarn with mscale; dense MLPs in every layer
-    return DeepseekV2Config, dict(COMMON, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16,
-                                  qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=3, tie_word_embeddings=False,
+    return DeepseekV2Config, dict(MLA, q_lora_rank=24, first_k_dense_replace=3,
                                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                    "original_max_position_embeddings": 256, "beta_fast": 32,
                                                    "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8})
+
+
+def _deepseek_v2_moe():
+    from transformers import DeepseekV2Config
+
+    # V2-Lite's shape: no q_lora_rank, layer 0 dense, then routed + 2 shared experts (group-limited routing)
+    return DeepseekV2Config, dict(MLA, q_lora_rank=None, n_shared_experts=2, topk_method="group_limited_greedy",
+                                  **DEEPSEEK_MOE)
+
+
+def _deepseek_v3():
+    from transformers import DeepseekV3Config
+
+    # sigmoid routing over groups, renormalised; interleaved rotary
+    return DeepseekV3Config, dict(MLA, q_lora_rank=24, n_shared_experts=1, norm_topk_prob=True, rope_interleave=True,
+                                  **DEEPSEEK_MOE)
 
 
 FAMILIES: dict[str, Callable[[], tuple[type, dict[str, Any]]]] = {
@@ -90,6 +111,8 @@ FAMILIES: dict[str, Callable[[], tuple[type, dict[str, Any]]]] = {
     "qwen3": _qwen3,
     "phi3": _phi3,
     "deepseek_v2": _deepseek_v2,
+    "deepseek_v2-moe": _deepseek_v2_moe,
+    "deepseek_v3": _deepseek_v3,
     "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe,
     "qwen3_moe": _qwen3_moe,
