@@ -13,9 +13,9 @@ Per layer that is seven calls (eight with Qwen 3's q/k norms): two fused norms, 
 the pool), the backend's per-step attention (``AttentionBackend.step_attention``: the plan and
 an output buffer bound once per step), and the four linear layers with ``silu_mul``.
 
-It applies when ``usable`` says so: Llama's layers (``DecoderLM.native_layers``: no q/k norms,
-SwiGLU, one rotary, no embedding scale), plain causal attention in every layer (no sliding
-window or soft-capping), one rank (no all-reduce), the native CPU ops
+It applies when ``usable`` says so: Llama's layers (``DecoderLM.native_layers``: RMS q/k norms or none,
+SwiGLU, one rotary, no embedding scale; per-layer sliding windows are the backend's
+``step_attention``'s business), one rank (no all-reduce), the native CPU ops
 (``NativeCpuOps``, with the fused ``rope_store_kv``), and an attention backend that takes K/V
 written by the caller in the activations' dtype (``AttentionBackend.caller_stores_kv``).
 """
@@ -31,7 +31,7 @@ from radixserve.attention.base import AttentionBackend, ForwardBatch
 def usable(model: Any, backend: AttentionBackend, dtype: torch.dtype) -> bool:
     """True when ``run_layers`` computes exactly what the module path would for ``model``."""
     return (model.layout.size == 1 and model.rotary.fused and backend.caller_stores_kv == dtype
-            and len(model.layers) > 0 and model.native_layers and backend.plain)
+            and len(model.layers) > 0 and model.native_layers)
 
 
 def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,

@@ -202,3 +202,15 @@ def test_families_on_the_layer_loop_are_bit_identical(family_dir, dtype, monkeyp
     loop, loop_calls, _ = _run(family_dir, dtype, "loop", monkeypatch, dense_kernel="plain")
     assert ref_calls == 0 and loop_calls > 10
     assert loop == ref
+
+
+def test_sliding_window_layers_on_the_layer_loop_are_bit_identical(tmp_path, smol_dir, monkeypatch):
+    """Mistral-style windows shorter than the prompts: the flat loop gives each layer its window
+    through the backend's per-layer ``step_attention`` (the stack steps aside)."""
+    from tests.helpers.families import build_family
+
+    build_family("mistral-window", str(tmp_path), smol_dir)
+    ref, ref_calls, _ = _run(str(tmp_path), "float32", "modules", monkeypatch, dense_kernel="plain")
+    loop, loop_calls, stacked = _run(str(tmp_path), "float32", "stack", monkeypatch, dense_kernel="plain")
+    assert ref_calls == 0 and loop_calls > 10 and stacked == 0
+    assert loop == ref
