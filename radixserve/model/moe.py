@@ -95,7 +95,7 @@ class Experts(nn.Module):
                 start += n
         weighted = out * weights.reshape(-1, 1).index_select(0, order)  # fp32 under fp32 weights
         slots = torch.empty_like(weighted).index_copy_(0, order, weighted)  # back to (token, j) order
-        return slots.view(-1, k, x.shape[1]).sum(dim=1).to(x.dtype)
+        return slots.view(x.shape[0], k, x.shape[1]).sum(dim=1).to(x.dtype)
 
 
 class SparseMoE(nn.Module):
