@@ -31,9 +31,9 @@ logger = logging.getLogger(__name__)
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
 SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp", "int8_linear.cpp",
                                                                     "blocked_linear.cpp", "argmax.cpp", "layer_stack.cpp"))
-HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h", "acts_i16.h", "attn_softmax.h", "attn_mods.h",
-                                                                    "attn_prefetch.h", "attn_bf16.h", "blocked_isa.h",
-                                                                    "blocked_amx.h", "amx_tiles.h"))
+HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h", "acts_i16.h", "attn_softmax.h",
+                                                                    "attn_mods.h", "attn_prefetch.h", "attn_bf16.h",
+                                                                    "blocked_isa.h", "blocked_amx.h", "amx_tiles.h"))
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 

@@ -104,7 +104,8 @@ alignas(64) inline const uint16_t kZeroRow[128] = {};
 
 // The keys [lo, lim) of a tile that fall in its 16-key half from key `base` (0 or 16), as lanes.
 inline __mmask16 key_mask(int64_t lo, int64_t lim, int64_t base) {
-  const uint32_t a = uint32_t(std::clamp<int64_t>(lo - base, 0, 16)), b = uint32_t(std::clamp<int64_t>(lim - base, 0, 16));
+  const uint32_t a = uint32_t(std::clamp<int64_t>(lo - base, 0, 16));
+  const uint32_t b = uint32_t(std::clamp<int64_t>(lim - base, 0, 16));
   return __mmask16(((1u << b) - 1) & ~((1u << a) - 1));
 }
 
@@ -325,7 +326,8 @@ inline void row_block_amx(const uint16_t* qb, int nr, float* o, float* m, float*
   if (md.cap > 0.0f) {  // S becomes the capped scaled scores: the steps below then scale by 1
     for (int rr = 0; rr < nr; ++rr)
       for (int i = 0; i < KB; i += 16)
-        _mm512_store_ps(S + rr * KB + i, as_m512(softcap_v(as_v16(_mm512_mul_ps(_mm512_load_ps(S + rr * KB + i), scale)), md)));
+        _mm512_store_ps(S + rr * KB + i,
+                        as_m512(softcap_v(as_v16(_mm512_mul_ps(_mm512_load_ps(S + rr * KB + i), scale)), md)));
     scale = _mm512_set1_ps(1.0f);
   }
   // Online softmax of the 16 rows: the tile maxima first, then one vector exp for every row's

@@ -71,7 +71,8 @@ def test_cpu_kernel_matches_the_reference(dtype, lens, la):
 
 
 @needs_kernel
-@pytest.mark.parametrize("heads,kv_heads,d", [(8, 1, 128), (4, 4, 80), (6, 2, 64)], ids=["gqa8-d128", "mha-d80", "gqa3"])
+@pytest.mark.parametrize("heads,kv_heads,d", [(8, 1, 128), (4, 4, 80), (6, 2, 64)],
+                         ids=["gqa8-d128", "mha-d80", "gqa3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_cpu_kernel_head_shapes(dtype, heads, kv_heads, d):
     """Head dim 128 and the generic (any head dim) tiles, extend and decode, window and cap."""
