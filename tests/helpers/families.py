@@ -49,6 +49,29 @@ def _phi3():
                                              "long_factor": [2.0 + 0.5 * i for i in range(half)]})
 
 
+def _gemma(**kw: Any) -> dict[str, Any]:
+    # 4 layers, 2 sliding + 2 full; head_dim != hidden / heads; query_pre_attn_scalar != head_dim
+    types = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+    return dict(COMMON, num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=24, layer_types=types,
+                sliding_window=WINDOW, tie_word_embeddings=True, **kw)
+
+
+def _gemma2():
+    from transformers import Gemma2Config
+
+    # the tiny model's attention scores stay below 0.2: a cap of 0.05 bends them (Gemma 2's 50 would not)
+    return Gemma2Config, _gemma(attn_logit_softcapping=0.05, final_logit_softcapping=30.0)
+
+
+def _gemma3():
+    from transformers import Gemma3TextConfig
+
+    # Gemma 3 4B's rope: local theta 1e4, global theta 1e6 with linear scaling 8
+    return Gemma3TextConfig, _gemma(rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}})
+
+
 MOE = dict(COMMON, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)  # Qwen's field names
 
 
@@ -113,6 +136,8 @@ FAMILIES: dict[str, Callable[[], tuple[type, dict[str, Any]]]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v2-moe": _deepseek_v2_moe,
     "deepseek_v3": _deepseek_v3,
+    "gemma2": _gemma2,
+    "gemma3": _gemma3,
     "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe,
     "qwen3_moe": _qwen3_moe,
