@@ -153,8 +153,7 @@ def teacher_forced_logits(model: nn.Module, seqs: list[list[int]]) -> torch.Tens
         req_pool_indices=torch.arange(len(seqs), device=device), seq_lens=lens_t,
         extend_prefix_lens=torch.zeros_like(lens_t), extend_seq_lens=lens_t, extend_start_loc=starts,
         req_to_token=table, seq_lens_cpu=lens, extend_prefix_lens_cpu=[0] * len(lens), extend_seq_lens_cpu=lens)
-    backend = create_attention_backend("torch_native", pool, device)
-    backend.set_layer_attention(model.layer_attention())
+    backend = create_attention_backend("torch_native", pool, device, layers=model.layer_attention())
     backend.init_forward_metadata(batch)
     return model(batch, backend, torch.arange(n, device=device))
 

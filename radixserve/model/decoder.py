@@ -133,6 +133,7 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
 
     embed_scale: Optional[float] = None  # embeddings are multiplied by this (Gemma: sqrt(hidden))
     final_logit_softcap: Optional[float] = None  # logits -> cap * tanh(logits / cap)
+    tp_unsupported: Optional[str] = None  # what stops tensor parallelism (the refusal names it)
 
     def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps, tp: Any = None,
                  layout: Optional[TPLayout] = None) -> None:
@@ -142,6 +143,9 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
         self.max_positions = max_positions
         self.tp = tp or NoTP()
         self.layout = layout or TPLayout.of(config)
+        if self.layout.size > 1 and self.tp_unsupported:
+            raise ValueError(f"tp_size: tensor parallelism with {self.tp_unsupported} ({config.model_type}) is not "
+                             f"supported (use tp_size 1)")
         self.rotary = build_rotary(config, self.layout.head_dim, max_positions, ops)
         if self.layout.size == 1:
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)

@@ -17,17 +17,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch import nn
 
 from radixserve.model.decoder import Attention, DecoderLayer, DecoderLM
-from radixserve.model.fused_ops import TorchOps
 from radixserve.model.layers import GatedMLP, RMSNorm, activation
 from radixserve.model.moe import Routing, SparseMoE
 from radixserve.model.registry import register
-from radixserve.parallel.layout import TPLayout
 
 PER_EXPERT = re.compile(r"^(.*)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$")
 PART = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
@@ -60,12 +58,7 @@ class MoEDecoderLM(DecoderLM):
     """A decoder whose sparse layers hold ``SparseMoE(moe_spec())``; the others a dense MLP of
     ``intermediate_size``."""
 
-    def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps, tp: Any = None,
-                 layout: Optional[TPLayout] = None) -> None:
-        if layout is not None and layout.size > 1:
-            raise ValueError(f"model: tensor parallelism with mixture-of-experts ({config.model_type}) is not "
-                             f"supported (tp_size={layout.size}; use tp_size=1)")
-        super().__init__(config, max_positions, ops, tp, layout)
+    tp_unsupported = "mixture-of-experts"
 
     def moe_spec(self) -> MoESpec:
         raise NotImplementedError

@@ -33,6 +33,18 @@ def check_config(cfg: EngineConfig) -> None:
         if cfg.cache.cache_persist_dir:
             raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size > 1 "
                              "(each rank holds only its KV heads)")
+        _check_model_splits(cfg)
+
+
+def _check_model_splits(cfg: EngineConfig) -> None:
+    """An architecture that cannot be split over ranks is refused here, before any rank starts."""
+    from radixserve.model.registry import model_class
+
+    config = loader.load_config(loader.resolve_hf_dir(cfg.model.path))
+    refusal = model_class(config).tp_unsupported
+    if refusal:
+        raise ValueError(f"tp_size: tensor parallelism with {refusal} ({config.model_type}) is not supported "
+                         f"(use tp_size 1)")
 
 
 def tp_model_config(cfg: EngineConfig) -> EngineConfig:

@@ -92,8 +92,8 @@ class ModelRunner:
                               self.device, shared)
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
         self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device,
-                                                attention_timing.rule_for(layout.num_heads // kv_heads))
-        self.backend.set_layer_attention(self.model.layer_attention())
+                                                attention_timing.rule_for(layout.num_heads // kv_heads),
+                                                layers=self.model.layer_attention())
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
         self.states: dict[str, ReqSamplingState] = {}

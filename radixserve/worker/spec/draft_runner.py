@@ -44,8 +44,8 @@ class DraftRunner:
         self.model = loader.load_model(config, hf_dir, dtype, device, max_positions)
         kv_heads, head_dim, shared = self.model.kv_cache_shape()
         self.kv_pool = KVPool(num_slots, config.num_hidden_layers, kv_heads, head_dim, dtype, device, shared)
-        self.backend = create_attention_backend(attention_backend, self.kv_pool, device)
-        self.backend.set_layer_attention(self.model.layer_attention())
+        self.backend = create_attention_backend(attention_backend, self.kv_pool, device,
+                                                layers=self.model.layer_attention())
 
     def mirror(self, batch: ForwardBatch) -> None:
         """Compute the draft's KV for the target's step ``batch`` (after the target ran it)."""
