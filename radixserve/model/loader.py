@@ -1,8 +1,9 @@
 """Find, convert and load checkpoints: a Hugging Face directory or a GGUF file.
 
-GGUF files are dequantized once through transformers' GGUF utilities (which also undo
-llama.cpp's q/k row permutation) and cached as a Hugging Face directory under
-``$RADIXSERVE_CACHE`` (default ``~/.cache/radixserve``), so later loads take seconds.
+GGUF files (as llama.cpp writes them) are dequantized once by ``gguf_convert`` (config from
+the metadata, llama.cpp's tensor names and rewrites undone, transformers' GGUF tokenizer) and
+cached as a Hugging Face directory under ``$RADIXSERVE_CACHE`` (default
+``~/.cache/radixserve``), so later loads take seconds.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_LAYOUT = "hf2"  # bump when a converted directory's contents change (the cache key)
 
 
 def default_model_path() -> str:
@@ -51,29 +53,22 @@ def resolve_hf_dir(path: Optional[str], show_progress: bool = False) -> str:
 
 
 def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
+    """The cached Hugging Face directory of a GGUF file, converted once (``gguf_convert``)."""
+    from radixserve.model.gguf_convert import convert_gguf
+
     st = os.stat(gguf_path)
     name = os.path.basename(gguf_path).removesuffix(".gguf")
-    target = os.path.join(cache_root(), "gguf", f"{name}-{st.st_size}-{int(st.st_mtime)}")
+    target = os.path.join(cache_root(), "gguf", f"{name}-{st.st_size}-{int(st.st_mtime)}-{GGUF_LAYOUT}")
     if os.path.exists(os.path.join(target, "done")):
         return target
-    from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
     logger.info("converting %s to a Hugging Face directory in %s (once)", gguf_path, target)
-    folder, fname = os.path.split(gguf_path)
-    config = AutoConfig.from_pretrained(folder, gguf_file=fname)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(config)
-    if not show_progress:
-        os.environ.setdefault("TQDM_DISABLE", "1")
-    tensors = load_gguf_checkpoint(gguf_path, return_tensors=True, model_to_load=skeleton)["tensors"]
     os.makedirs(os.path.dirname(target), exist_ok=True)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(target))
-    config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(tmp, "model.safetensors"))
+    try:
+        convert_gguf(gguf_path, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     open(os.path.join(tmp, "done"), "w").close()
     try:
         os.rename(tmp, target)
