@@ -23,7 +23,7 @@ FP8 block-quantized checkpoints (V3's ``quantization_config``) are not read.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,6 @@ from radixserve.model.mla import MLAttention, deinterleave_rope_rows
 from radixserve.model.moe import Experts, Routing
 from radixserve.model.moe_families import MoEDecoderLM, MoESpec
 from radixserve.model.registry import register
-from radixserve.parallel.layout import TPLayout
 
 LAYER = re.compile(r"^layers\.(\d+)\.")
 V2_METHODS = ("greedy", "group_limited_greedy")
@@ -114,13 +113,7 @@ class MLALayer(DecoderLayer):
 @register("deepseek_v2")
 class DeepseekV2ForCausalLM(MoEDecoderLM):
     v3 = False
-
-    def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps, tp: Any = None,
-                 layout: Optional[TPLayout] = None) -> None:
-        if (tp is not None and tp.size > 1) or (layout is not None and layout.size > 1):
-            raise ValueError(f"model: {config.model_type}: tensor parallelism with multi-head latent attention "
-                             "is not supported (serve it with tp_size 1)")
-        super().__init__(config, max_positions, ops, tp, layout)
+    tp_unsupported = "multi-head latent attention"  # (and experts; the latent is the first to name)
 
     def sparse_layer(self, layer_id: int) -> bool:
         """Every layer from ``first_k_dense_replace`` on (every ``moe_layer_freq``-th, as DeepSeek's
