@@ -228,9 +228,21 @@ void rms_norm_heads_(at::Tensor qkv, const at::Tensor& q_w, const at::Tensor& k_
   rms_norm_heads_impl<uint16_t>(qkv, q_w, k_w, H, hkv, eps);
 }
 
-// [T, 2I] (gate | up) -> [T, I]: round(silu(gate)) * up
-template <typename T>
-void silu_mul_impl(const at::Tensor& gu, at::Tensor& out) {
+// The gated activations: silu(x) = x sigmoid(x); gelu_tanh(x) = 0.5 x (1 + tanh(y)) = x sigmoid(2y)
+// with y = sqrt(2 / pi) (x + 0.044715 x^3) (GeGLU, Gemma's MLP).
+struct Silu {
+  static inline float f(float x) { return x / (1.0f + exp_approx(-x)); }
+};
+struct GeluTanh {
+  static inline float f(float x) {
+    const float y = 0.7978845608f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + exp_approx(-2.0f * y));
+  }
+};
+
+// [T, 2I] (gate | up) -> [T, I]: round(act(gate)) * up
+template <typename Act, typename T>
+void act_mul_impl(const at::Tensor& gu, at::Tensor& out) {
   const int64_t tokens = gu.size(0), inter = out.size(1);
   const T* in = ptr<T>(gu);
   T* op = ptr<T>(out);
@@ -241,10 +253,7 @@ void silu_mul_impl(const at::Tensor& gu, at::Tensor& out) {
       const T* g = in + t * 2 * inter;
       T* o = op + t * inter;
 #pragma omp simd
-      for (int64_t j = i; j < stop; ++j) {
-        const float x = to_f(g[j]);
-        from_f(o + j, round_as(x / (1.0f + exp_approx(-x)), o) * to_f(g[inter + j]));
-      }
+      for (int64_t j = i; j < stop; ++j) from_f(o + j, round_as(Act::f(to_f(g[j])), o) * to_f(g[inter + j]));
       n += stop - i;
       i = 0;
       ++t;
@@ -252,17 +261,21 @@ void silu_mul_impl(const at::Tensor& gu, at::Tensor& out) {
   });
 }
 
-at::Tensor silu_mul(const at::Tensor& gate_up) {
-  TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0, "silu_mul: [T, 2I]");
+template <typename Act>
+at::Tensor act_mul(const at::Tensor& gate_up, const char* name) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0, name, ": [T, 2I]");
   at::Tensor out = at::empty({gate_up.size(0), gate_up.size(1) / 2}, gate_up.options());
   if (gate_up.scalar_type() == at::kFloat) {
-    silu_mul_impl<float>(gate_up, out);
+    act_mul_impl<Act, float>(gate_up, out);
   } else {
-    TORCH_CHECK(gate_up.scalar_type() == at::kBFloat16, "silu_mul: float32 or bfloat16");
-    silu_mul_impl<uint16_t>(gate_up, out);
+    TORCH_CHECK(gate_up.scalar_type() == at::kBFloat16, name, ": float32 or bfloat16");
+    act_mul_impl<Act, uint16_t>(gate_up, out);
   }
   return out;
 }
+
+at::Tensor silu_mul(const at::Tensor& gate_up) { return act_mul<Silu>(gate_up, "silu_mul"); }
+at::Tensor gelu_tanh_mul(const at::Tensor& gate_up) { return act_mul<GeluTanh>(gate_up, "gelu_tanh_mul"); }
 
 }  // namespace
 
@@ -273,4 +286,5 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
   m.def("rope_store_kv", &rope_store_kv);
   m.def("silu_mul", &silu_mul);
   m.def("rms_norm_heads_", &rms_norm_heads_);
+  m.def("gelu_tanh_mul", &gelu_tanh_mul);
 }

@@ -105,10 +105,13 @@ class DecoderLayer(nn.Module):
         self.mlp = GatedMLP(config.hidden_size, model.layout.intermediate, bool(getattr(config, "mlp_bias", False)),
                             model.ops, model.tp, activation(config))
 
+    flat_loop = True  # layer_loop runs layers of this very class (a subclass it runs says so again)
+
     @property
     def plain(self) -> bool:
-        """True when this layer is exactly Llama's (the native layer loops may run it)."""
-        return (type(self) is DecoderLayer and self.self_attn.plain and self.mlp.act == "silu"
+        """True when ``layer_loop`` runs this layer exactly: Llama's (q/k norms and the GeGLU
+        activation allowed), or a subclass that sets ``flat_loop`` itself (Gemma's four norms)."""
+        return (bool(type(self).__dict__.get("flat_loop")) and self.self_attn.plain and type(self.mlp) is GatedMLP
                 and type(self.input_layernorm) is RMSNorm)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
@@ -200,21 +203,22 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
     # ------------------------------------------------------------------ the step
     @property
     def native_layers(self) -> bool:
-        """True when every layer is Llama's, so ``layer_loop``/``layer_stack`` compute it exactly
-        (decided on the first call: layers keep their kinds once built)."""
+        """True when every layer is one ``layer_loop`` computes exactly (decided on the first
+        call: layers keep their kinds once built)."""
         known = self.__dict__.get("_native_layers")
         if known is None:
-            known = self.__dict__["_native_layers"] = (
-                self.embed_scale is None and all(getattr(layer, "plain", False) for layer in self.layers))
+            known = self.__dict__["_native_layers"] = all(getattr(layer, "plain", False) for layer in self.layers)
         return known
 
     @property
     def stackable(self) -> bool:
-        """``native_layers`` without q/k norms: what ``layer_stack``'s C++ loop runs."""
+        """``native_layers`` that are exactly Llama's (SwiGLU, no q/k norms, one rotary): what
+        ``layer_stack``'s C++ loop runs."""
         known = self.__dict__.get("_stackable")
         if known is None:
             known = self.__dict__["_stackable"] = self.native_layers and all(
-                layer.self_attn.q_norm is None for layer in self.layers)
+                type(layer) is DecoderLayer and layer.mlp.act == "silu" and layer.self_attn.q_norm is None
+                and layer.self_attn.rotary is self.rotary for layer in self.layers)
         return known
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ from torch import nn
 
 from radixserve.model.decoder import DecoderLayer
 from radixserve.model.fused_ops import TorchOps
-from radixserve.model.layers import GatedMLP, activation, gelu_tanh_mul
+from radixserve.model.layers import GatedMLP, activation
 from radixserve.model.mla import MLAttention, deinterleave_rope_rows
 from radixserve.model.moe import Experts, Routing
 from radixserve.model.moe_families import MoEDecoderLM, MoESpec
@@ -88,7 +88,7 @@ class DeepseekMoE(nn.Module):
         super().__init__()
         act, hidden, inter = activation(config), config.hidden_size, config.moe_intermediate_size
         self.gate = DeepseekRouter(config, v3)
-        self.experts = Experts(config.n_routed_experts, hidden, inter, ops.silu_mul if act == "silu" else gelu_tanh_mul)
+        self.experts = Experts(config.n_routed_experts, hidden, inter, ops.silu_mul if act == "silu" else ops.gelu_tanh_mul)
         shared = int(config.n_shared_experts or 0)
         self.shared_experts = GatedMLP(hidden, inter * shared, bool(getattr(config, "mlp_bias", False)), ops,
                                        act=act) if shared else None

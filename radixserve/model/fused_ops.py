@@ -12,7 +12,8 @@ rotates q and k in place (they may be strided views of the fused qkv output; a c
 narrower than the head rotates its first dims only: a partial rotary);
 ``rms_norm_heads_(qkv, q_w, k_w, H, Hkv, eps)`` RMS-normalizes each query and key head of the
 fused projection in place (Qwen 3's q/k norms), rounding as ``rms_norm``;
-``silu_mul(gate_up)`` returns ``silu(gate) * up`` for ``gate_up = [gate | up]``;
+``silu_mul(gate_up)`` returns ``silu(gate) * up`` for ``gate_up = [gate | up]``, ``gelu_tanh_mul``
+the same with tanh-approximated GELU (GeGLU);
 ``rope_store_kv(qkv, positions, cos, sin, k_buf, v_buf, loc, q_out)`` takes the fused projection
 ``qkv [T, (H + 2 Hkv) D]`` and writes ``q_out [T, H, D] = rope(q)``, ``k_buf[loc] = rope(k)`` and
 ``v_buf[loc] = v`` (``k_buf``/``v_buf``: one layer of the KV pool, in qkv's dtype), returning
@@ -67,6 +68,11 @@ class TorchOps:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    @staticmethod
+    def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh") * up
+
     @classmethod
     def rope_store_kv(cls, qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                       k_buf: torch.Tensor, v_buf: torch.Tensor, loc: torch.Tensor,
@@ -102,6 +108,10 @@ class NativeCpuOps(TorchOps):
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return torch.ops.radixserve_cpu.silu_mul(gate_up.contiguous())
+
+    @staticmethod
+    def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        return torch.ops.radixserve_cpu.gelu_tanh_mul(gate_up.contiguous())
 
     @staticmethod
     def rms_norm_heads_(qkv: torch.Tensor, q_w: torch.Tensor, k_w: torch.Tensor, heads: int, kv_heads: int,

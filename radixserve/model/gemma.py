@@ -35,6 +35,8 @@ class GemmaDecoderLayer(DecoderLayer):
     ``forward`` keeps ``DecoderLayer``'s contract: it returns the (normed) MLP output and the
     fp32 residual stream before it, and adds the previous layer's output to the stream."""
 
+    flat_loop = True  # layer_loop runs it (its extra norms included)
+
     def __init__(self, model: DecoderLM, layer_id: int) -> None:
         super().__init__(model, layer_id)
         self.pre_feedforward_layernorm = model.make_norm(model.config.hidden_size)

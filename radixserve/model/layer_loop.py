@@ -9,13 +9,13 @@ The modules are read on every call (about a microsecond per layer), so layers re
 loading (quantization, packing, tests) are always the ones that run; the linear layers keep
 ``nn.Module.__call__``, so forward hooks on them (calibration) still fire.
 
-Per layer that is seven calls (eight with Qwen 3's q/k norms): two fused norms, ``rope_store_kv`` (rotary on q and k, K/V into
-the pool), the backend's per-step attention (``AttentionBackend.step_attention``: the plan and
+Per layer that is seven calls (more with Qwen 3's q/k norms or Gemma's extra norms): two fused
+norms, ``rope_store_kv`` (rotary on q and k, K/V into the pool), the backend's per-step attention (``AttentionBackend.step_attention``: the plan and
 an output buffer bound once per step), and the four linear layers with ``silu_mul``.
 
 It applies when ``usable`` says so: Llama's layers (``DecoderLM.native_layers``: RMS q/k norms or none,
-SwiGLU, one rotary, no embedding scale; per-layer sliding windows are the backend's
-``step_attention``'s business), one rank (no all-reduce), the native CPU ops
+SwiGLU or GeGLU, a rotary per layer, Gemma's four norms; per-layer sliding windows and
+soft-caps are the backend's ``step_attention``'s business), one rank (no all-reduce), the native CPU ops
 (``NativeCpuOps``, with the fused ``rope_store_kv``), and an attention backend that takes K/V
 written by the caller in the activations' dtype (``AttentionBackend.caller_stores_kv``).
 """
@@ -45,8 +45,6 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
     pool = backend.kv_pool
     k_bufs, v_bufs = pool.k_buffer, pool.v_buffer
     positions, loc = batch.positions, batch.out_cache_loc
-    rotary = model.rotary
-    cos, sin = rotary.cos, rotary.sin
     tokens = x.shape[0]
     first = model.layers[0].self_attn
     q = x.new_empty(tokens, first.num_heads, first.head_dim)  # one rotated-q buffer for every layer
@@ -68,9 +66,19 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
             qkv = qkv.contiguous()
             norm_heads(qkv, q_norm._parameters["weight"], a_mods["k_norm"]._parameters["weight"], attn.num_heads,
                        attn.num_kv_heads, q_norm.eps)
-        rope_store(qkv, positions, cos, sin, k_bufs[lid], v_bufs[lid], loc, q)
+        rotary = a_mods["rotary"]  # (Gemma 3: one per layer type)
+        rope_store(qkv, positions, rotary.cos, rotary.sin, k_bufs[lid], v_bufs[lid], loc, q)
         x = a_mods["o_proj"](attend(q, lid, attn.scaling).view(tokens, attn.q_size))
         x = x.contiguous()
-        add_rms(x, residual, norm_post._parameters["weight"], norm_post.eps)
-        x = m_mods["down_proj"](silu_mul(m_mods["gate_up_proj"](x).contiguous())).contiguous()
+        pre_ff = mods.get("pre_feedforward_layernorm")
+        if pre_ff is None:
+            add_rms(x, residual, norm_post._parameters["weight"], norm_post.eps)
+        else:  # Gemma: the attention output is normed before it joins the stream
+            x = rms(x, norm_post._parameters["weight"], norm_post.eps)
+            add_rms(x, residual, pre_ff._parameters["weight"], pre_ff.eps)
+        gate_up = m_mods["gate_up_proj"](x).contiguous()
+        x = m_mods["down_proj"](silu_mul(gate_up) if mlp.act == "silu" else mlp.act_mul(gate_up)).contiguous()
+        if pre_ff is not None:
+            post_ff = mods["post_feedforward_layernorm"]
+            x = rms(x, post_ff._parameters["weight"], post_ff.eps)
     return x, residual

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from radixserve.model.fused_ops import TorchOps
@@ -38,12 +37,6 @@ class RMSNorm(nn.Module):
         return self.weight.float() * (r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
-def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """``gelu_tanh(gate) * up`` for ``gate_up = [gate | up]`` (GeGLU: Gemma's MLP)."""
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.gelu(gate, approximate="tanh") * up
-
-
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -68,7 +61,7 @@ class GatedMLP(nn.Module):
         self.ops = ops
         self.tp = tp or NoTP()
         self.act = act
-        self.act_mul = ops.silu_mul if act == "silu" else gelu_tanh_mul
+        self.act_mul = ops.silu_mul if act == "silu" else ops.gelu_tanh_mul
         self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
 

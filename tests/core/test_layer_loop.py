@@ -184,7 +184,7 @@ def test_stack_steps_aside_where_it_does_not_apply(tiny_dir, kernel):
         eng.shutdown()
 
 
-@pytest.fixture(scope="module", params=["qwen3", "phi3"])
+@pytest.fixture(scope="module", params=["qwen3", "phi3", "gemma2", "gemma3"])
 def family_dir(request, tmp_path_factory, smol_dir) -> str:
     from tests.helpers.families import build_family
 
@@ -195,9 +195,9 @@ def family_dir(request, tmp_path_factory, smol_dir) -> str:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_families_on_the_layer_loop_are_bit_identical(family_dir, dtype, monkeypatch):
-    """Qwen 3's q/k norms (``rms_norm_heads_`` on the fused projection) and Phi-4-mini's partial
-    rotary (a cos/sin table narrower than the head) run in the flat loop exactly as the modules
-    compute them."""
+    """Qwen 3's q/k norms (``rms_norm_heads_`` on the fused projection), Phi-4-mini's partial
+    rotary (a cos/sin table narrower than the head), Gemma's four norms, GeGLU, rotary per layer
+    type, windows and soft-caps run in the flat loop exactly as the modules compute them."""
     ref, ref_calls, _ = _run(family_dir, dtype, "modules", monkeypatch, dense_kernel="plain")
     loop, loop_calls, _ = _run(family_dir, dtype, "loop", monkeypatch, dense_kernel="plain")
     assert ref_calls == 0 and loop_calls > 10

@@ -72,10 +72,11 @@ def test_rope_in_place_on_strided_views(dtype):
 
 @DTYPES
 @pytest.mark.parametrize("rows", [1, 5])
-def test_silu_mul(dtype, rows):
+@pytest.mark.parametrize("act", ["silu_mul", "gelu_tanh_mul"])
+def test_gated_activations(dtype, rows, act):
     gu = (3 * torch.randn(rows, 2 * 1536, generator=torch.Generator().manual_seed(rows))).to(dtype)
     gu[0, :4] = torch.tensor([-100.0, 100.0, 0.0, -0.0]).to(dtype)  # saturated exp, both signs
-    close(NativeCpuOps.silu_mul(gu), TorchOps.silu_mul(gu), dtype)
+    close(getattr(NativeCpuOps, act)(gu), getattr(TorchOps, act)(gu), dtype)
 
 
 def test_select_ops():
