@@ -24,7 +24,7 @@ from torch import nn
 from radixserve.attention.base import ForwardBatch, ForwardMode
 from radixserve.attention.registry import create_attention_backend
 from radixserve.mem_cache.kv_pool import KVPool
-from radixserve.model.quant import search_in_scale
+from radixserve.model.quant import search_in_scale, supports
 from radixserve.tokenizer import load_hf_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -173,7 +173,8 @@ def input_scales(model: nn.Module, seqs: list[list[int]], method: str, max_rows:
         return run
 
     handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules()
-               if isinstance(m, nn.Linear) and not name.endswith("lm_head")]
+               if isinstance(m, nn.Linear) and not name.endswith("lm_head")
+               and supports(method, m.out_features, m.in_features)]  # the rest stay dense
     try:
         teacher_forced_logits(model, seqs)
     finally:

@@ -66,7 +66,6 @@ def _frequencies(config: Any, head_dim: int, params: dict[str, Any], layer_type:
     # the reference reads the config's own rope dict; give it the normalized one for this layer type
     cfg = copy.copy(config)
     cfg.rope_parameters = params
-    cfg.rope_scaling = params
     if getattr(cfg, "head_dim", None) is None:
         cfg.head_dim = head_dim
     inv, scale = ROPE_INIT_FUNCTIONS[kind](cfg, torch.device("cpu"), seq_len=seq_len)

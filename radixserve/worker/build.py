@@ -11,7 +11,6 @@ from typing import Any, Optional
 
 from radixserve.config import EngineConfig
 from radixserve.ipc.worker_link import WorkerInfo
-from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.model import loader
 from radixserve.utils import tune_malloc
 from radixserve.worker.model_runner import ModelRunner, set_threads
@@ -68,8 +67,7 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
                       context_len=runner.context_len, vocab_size=runner.vocab_size,
                       dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir,
                       quantization=runner.numerics.quant_label(), hidden_size=int(runner.config.hidden_size),
-                      kv_bytes_per_slot=KVPool.bytes_per_slot(pool.num_layers, pool.num_kv_heads, pool.head_dim,
-                                                              pool.dtype))
+                      kv_bytes_per_slot=pool.slot_bytes)
     return runner, info
 
 

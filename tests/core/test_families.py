@@ -51,3 +51,17 @@ def test_ngram_speculation_keeps_transformers_tokens(family):
     name, path, _, prompts, ref = family
     eng = make_engine(path, max_total_tokens=2048, speculative_algorithm="ngram", speculative_num_tokens=4)
     assert _outputs(eng, prompts) == ref, name
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+def test_int8_weights_serve_other_dense_families(name, tmp_path, smol_dir):
+    """``quantization=int8`` quantizes these families' linear layers too (their tied heads give
+    wide top-2 margins, so int8 keeps transformers' fp32 greedy tokens)."""
+    from radixserve.model.quant import QuantLinear
+
+    hf = build_family(name, str(tmp_path), smol_dir)
+    eng = make_engine(str(tmp_path), dtype="bfloat16", quantization="int8", max_total_tokens=1024)
+    assert isinstance(eng.runner.model.layers[0].self_attn.qkv_proj, QuantLinear)
+    prompts = [list(range(300, 300 + n)) for n in (5, 3 * WINDOW + 5)]
+    got = [o["output_ids"] for o in eng.generate(input_ids=prompts, sampling_params={**GEN, "max_new_tokens": 8})]
+    assert got == [hf_greedy(hf, p, 8) for p in prompts], name

@@ -17,7 +17,7 @@ from tests.helpers.families import FAMILIES, WINDOW, build_family
 from tests.helpers.gguf_writer import ARCH, finish, llama_cpp_semantics, permute, write_gguf
 from tests.helpers.models import hf_greedy, hf_prompt_logprobs, make_engine
 
-GGUF_FAMILIES = ("llama", "llama3_rope", "qwen3", "phi3", "gemma2", "gemma3", "mixtral", "qwen2_moe", "qwen3_moe",
+GGUF_FAMILIES = ("llama", "llama3_rope", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mixtral", "qwen2_moe", "qwen3_moe",
                  "deepseek_v2")
 # (family, config changes): llama.cpp's qwen2moe has experts in every layer (its converter cannot
 # map Qwen2-MoE's dense layers); Llama 3.1's rope goes into a GGUF as a rope_freqs tensor

@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from tests.helpers.models import make_engine, random_prompts
+from tests.helpers.tp_compare import assert_same
 from tests.helpers.smol_prompts import core_prompts
 from tests.helpers.server_harness import ServerHandle, _die_with_parent, free_port
 
-ATOL = 1e-4
 GEN = {"max_new_tokens": 16, "temperature": 0}
 
 
@@ -53,20 +53,6 @@ def gqa_dir(request, tmp_path_factory, smol_dir) -> str:
 def _run(eng, prompts: list[list[int]], gen: dict = GEN) -> list[dict]:
     return eng.generate(input_ids=prompts, sampling_params=gen, return_logprob=True, logprob_start_len=0,
                         top_logprobs_num=3)
-
-
-def _assert_same(ref: list[dict], got: list[dict]) -> None:
-    """Identical greedy tokens; every prompt/output logprob (and top-3 alternative) within ATOL."""
-    for r, g in zip(ref, got, strict=True):
-        assert g["output_ids"] == r["output_ids"]
-        for key in ("input_token_logprobs", "output_token_logprobs"):
-            a, b = r["meta_info"][key], g["meta_info"][key]
-            assert [t[1] for t in a] == [t[1] for t in b]
-            diff = [abs(x[0] - y[0]) for x, y in zip(a, b) if x[0] is not None]
-            assert diff and max(diff) < ATOL, (key, max(diff))
-        for x, y in zip(r["meta_info"]["output_top_logprobs"], g["meta_info"]["output_top_logprobs"]):
-            assert [t[1] for t in x] == [t[1] for t in y]
-            assert max(abs(p[0] - q[0]) for p, q in zip(x, y)) < ATOL
 
 
 # ---------------------------------------------------------------- the layout (no processes)
@@ -124,7 +110,7 @@ def test_engine_tp2_matches_tp1_on_uneven_gqa(gqa_dir):
         got = _run(eng, prompts)
         assert eng.info.num_slots == 8193
         eng.check_invariants()
-    _assert_same(ref, got)
+    assert_same(ref, got)
     assert len({tuple(o["output_ids"]) for o in ref}) > 1  # not a degenerate model
 
 
@@ -145,7 +131,7 @@ def smol_ref(smol_dir, smol_prompts) -> list[dict]:
 def test_engine_tp2_matches_tp1_on_smollm2(smol_dir, smol_prompts, smol_ref):
     with make_engine(smol_dir, quantization="none", tp_size=2) as eng:
         got = _run(eng, smol_prompts, {"max_new_tokens": 24, "temperature": 0})
-    _assert_same(smol_ref, got)
+    assert_same(smol_ref, got)
 
 
 # ---------------------------------------------------------------- HTTP server
@@ -158,7 +144,7 @@ def test_server_tp2_matches_tp1_on_smollm2(smol_dir, smol_prompts, smol_ref):
                 "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 3}
         with srv.client(timeout=120) as c:
             got = c.post("/generate", json=body).raise_for_status().json()
-        _assert_same(smol_ref, got)
+        assert_same(smol_ref, got)
     finally:
         srv.stop()
 
@@ -209,7 +195,7 @@ def test_two_nodes_match_tp1_and_killing_node1_fails_node0(gqa63_dir):
         body = {"input_ids": prompts, "sampling_params": GEN, "return_logprob": True, "logprob_start_len": 0,
                 "top_logprobs_num": 3}
         with node0.client() as c:
-            _assert_same(ref, c.post("/generate", json=body).raise_for_status().json())
+            assert_same(ref, c.post("/generate", json=body).raise_for_status().json())
         inflight: dict = {}
 
         def long_request() -> None:

@@ -30,6 +30,12 @@ def _mistral_window():
     return MistralConfig, dict(COMMON, tie_word_embeddings=False, head_dim=32, sliding_window=WINDOW)
 
 
+def _qwen2():
+    from transformers import Qwen2Config
+
+    return Qwen2Config, dict(COMMON, tie_word_embeddings=True)  # q/k/v biases
+
+
 def _qwen3():
     from transformers import Qwen3Config
 
@@ -131,6 +137,7 @@ def _deepseek_v3():
 FAMILIES: dict[str, Callable[[], tuple[type, dict[str, Any]]]] = {
     "llama": _llama,
     "mistral-window": _mistral_window,
+    "qwen2": _qwen2,
     "qwen3": _qwen3,
     "phi3": _phi3,
     "deepseek_v2": _deepseek_v2,

@@ -75,8 +75,7 @@ class PrefixStore:
         k = [b.index_select(0, idx).cpu() for b in self.pool.k_buffer]
         v = [b.index_select(0, idx).cpu() for b in self.pool.v_buffer]
         n = int(idx.numel())
-        nbytes = n * KVPool.bytes_per_slot(self.pool.num_layers, self.pool.num_kv_heads, self.pool.head_dim,
-                                           self.pool.dtype)
+        nbytes = n * self.pool.slot_bytes
         if req.wait:
             ok = self._write(req.nodes, k, v)
             return KVSaveReply(ok, "" if ok else "write failed (see the worker's log)", n, nbytes)
