@@ -29,6 +29,19 @@ inline float round_as(float x, uint16_t*) {  // the value as the output dtype st
 template <typename T>
 T* ptr(const at::Tensor& t) { return reinterpret_cast<T*>(t.data_ptr()); }
 
+// out = weight * round(in * rsqrt(mean(in^2) + eps)) over one row of dim (out may be in).
+template <typename T, typename R>
+inline void norm_row(T* out, const R* in, const T* w, int64_t dim, double eps) {
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t d = 0; d < dim; ++d) {
+    const float v = to_f(in[d]);
+    ss += v * v;
+  }
+  const float inv = 1.0f / std::sqrt(ss / float(dim) + float(eps));
+  for (int64_t d = 0; d < dim; ++d) from_f(out + d, to_f(w[d]) * round_as(to_f(in[d]) * inv, out));
+}
+
 // residual = x + residual (if add); x = weight * round(residual * rsqrt(mean(residual^2) + eps)).
 // The residual stream R may be fp32 under a bf16 x (T): a bf16 model keeps it in fp32.
 template <typename T, typename R = T>
@@ -41,17 +54,10 @@ void add_rms_norm_impl(at::Tensor& x, at::Tensor& residual, const at::Tensor& we
     for (int64_t i = b; i < e; ++i) {
       T* xr = xp + i * dim;
       R* rr = rp + i * dim;
-      float ss = 0.0f;
       if (add) {
         for (int64_t d = 0; d < dim; ++d) from_f(rr + d, to_f(xr[d]) + to_f(rr[d]));
       }
-#pragma omp simd reduction(+ : ss)
-      for (int64_t d = 0; d < dim; ++d) {
-        const float v = to_f(rr[d]);
-        ss += v * v;
-      }
-      const float inv = 1.0f / std::sqrt(ss / float(dim) + float(eps));
-      for (int64_t d = 0; d < dim; ++d) from_f(xr + d, to_f(wp[d]) * round_as(to_f(rr[d]) * inv, xr));
+      norm_row(xr, rr, wp, dim, eps);
     }
   });
 }
@@ -203,15 +209,7 @@ void rms_norm_heads_impl(at::Tensor& qkv, const at::Tensor& q_w, const at::Tenso
     for (int64_t t = b; t < e; ++t) {
       for (int64_t h = 0; h < H + hkv; ++h) {
         T* x = base + t * row_stride + h * D;
-        const T* w = h < H ? qw : kw;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int64_t d = 0; d < D; ++d) {
-          const float v = to_f(x[d]);
-          ss += v * v;
-        }
-        const float inv = 1.0f / std::sqrt(ss / float(D) + float(eps));
-        for (int64_t d = 0; d < D; ++d) from_f(x + d, to_f(w[d]) * round_as(to_f(x[d]) * inv, x));
+        norm_row(x, x, h < H ? qw : kw, D, eps);
       }
     }
   });

@@ -2,7 +2,8 @@
 
 ``convert_gguf(path, out_dir)`` writes ``config.json`` (``gguf_config.hf_config``), the
 tokenizer (transformers' GGUF tokenizer: vocabulary, merges, special tokens and
-``tokenizer.chat_template``) and ``model.safetensors`` in the Hugging Face checkpoint layout.
+``tokenizer.chat_template``; cached by the hash of those fields, so the quantizations of one
+model build it once) and ``model.safetensors`` in the Hugging Face checkpoint layout.
 Each tensor is dequantized with ``gguf`` and named through ``gguf.get_tensor_name_map`` against
 the transformers model of the config (built on the meta device), then llama.cpp's rewrites are
 undone: Llama's q/k row permutation, Gemma's ``norm + 1``, experts stacked as 3-D
@@ -12,8 +13,11 @@ A tensor missing, left over or misshapen raises ValueError naming the architectu
 """
 from __future__ import annotations
 
+import hashlib
 import os
-from typing import Any
+import shutil
+import tempfile
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -21,11 +25,12 @@ import torch
 CONFIG_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight", "rope_freqs.weight")  # in the config
 
 
-def convert_gguf(gguf_path: str, out_dir: str) -> None:
-    """Write the Hugging Face directory of ``gguf_path`` into the existing ``out_dir``."""
+def convert_gguf(gguf_path: str, out_dir: str, tokenizer_cache: Optional[str] = None) -> None:
+    """Write the Hugging Face directory of ``gguf_path`` into the existing ``out_dir``.
+    ``tokenizer_cache``: a folder of converted tokenizers by the hash of their GGUF fields (the
+    quantizations of one model share theirs; building one from a GGUF takes seconds)."""
     from gguf import GGUFReader, dequantize
     from safetensors.torch import save_file
-    from transformers import PreTrainedTokenizerFast
 
     from radixserve.model.gguf_config import hf_config
 
@@ -42,10 +47,39 @@ def convert_gguf(gguf_path: str, out_dir: str) -> None:
 
     config = hf_config(meta, shapes, data)
     state = hf_tensors(config, meta["general.architecture"], shapes, data)
-    folder, fname = os.path.split(gguf_path)
     config.save_pretrained(out_dir)
-    PreTrainedTokenizerFast.from_pretrained(folder or ".", gguf_file=fname).save_pretrained(out_dir)
+    _write_tokenizer(reader, gguf_path, out_dir, tokenizer_cache)
     save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(out_dir, "model.safetensors"))
+
+
+def _write_tokenizer(reader: Any, gguf_path: str, out_dir: str, cache: Optional[str]) -> None:
+    """transformers' GGUF tokenizer of ``gguf_path`` saved into ``out_dir`` (from ``cache`` when a
+    file with the same ``tokenizer.*`` fields was converted before)."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder, fname = os.path.split(gguf_path)
+    if not cache:
+        PreTrainedTokenizerFast.from_pretrained(folder or ".", gguf_file=fname).save_pretrained(out_dir)
+        return
+    digest = hashlib.sha256()
+    for key in sorted(k for k in reader.fields if k.startswith("tokenizer.")):
+        field = reader.fields[key]
+        digest.update(key.encode())
+        for i in field.data:
+            digest.update(field.parts[i].tobytes())
+    entry = os.path.join(cache, digest.hexdigest()[:32])
+    if not os.path.exists(os.path.join(entry, "done")):
+        os.makedirs(cache, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=cache)
+        PreTrainedTokenizerFast.from_pretrained(folder or ".", gguf_file=fname).save_pretrained(tmp)
+        open(os.path.join(tmp, "done"), "w").close()
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # another process cached it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    for f in os.listdir(entry):
+        if f != "done":
+            shutil.copy(os.path.join(entry, f), out_dir)
 
 
 def _value(field: Any) -> Any:

@@ -65,7 +65,7 @@ def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(target))
     try:
-        convert_gguf(gguf_path, tmp)
+        convert_gguf(gguf_path, tmp, os.path.join(cache_root(), "gguf-tokenizers"))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

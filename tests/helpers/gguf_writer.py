@@ -26,7 +26,7 @@ import torch
 from tests.helpers.gguf_metadata import write_metadata
 
 # HF model_type -> llama.cpp architecture
-ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen3": "qwen3", "phi3": "phi3",
+ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
         "gemma2": "gemma2", "gemma3_text": "gemma3", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
         "deepseek_v2": "deepseek2"}
 PERMUTED = ("llama", "mistral", "mixtral")  # LlamaModel.modify_tensors permutes q/k rows
@@ -60,8 +60,14 @@ def llama_cpp_semantics(hf_dir: str) -> Any:
     return AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
 
 
+# path -> (architecture, {tensor name: F32 data as written}, {metadata key: value}) of each file
+# write_gguf wrote: what a test checks of the layout without parsing the file's vocabulary again
+WRITTEN: dict[str, tuple[str, dict[str, np.ndarray], dict[str, Any]]] = {}
+
+
 def write_gguf(hf_dir: str, path: str, qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32) -> str:
-    """Write ``hf_dir`` (config, safetensors, tokenizer) as the GGUF ``path``; return ``path``."""
+    """Write ``hf_dir`` (config, safetensors, tokenizer) as the GGUF ``path``; return ``path``
+    (recorded in ``WRITTEN``)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
@@ -76,11 +82,15 @@ def write_gguf(hf_dir: str, path: str, qtype: gguf.GGMLQuantizationType = gguf.G
     _vocab(w, hf_dir, cfg.vocab_size)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
     tensors = load_file(str(Path(hf_dir) / "model.safetensors"))
+    written: dict[str, np.ndarray] = {}
     for name, t in _llama_cpp_tensors(cfg, tensors):
         new = name if name.startswith(("blk.", "rope_")) else names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:  # as llama.cpp: e.g. Qwen2-MoE's dense layers (mlp_only_layers)
             raise ValueError(f"Can not map tensor {name!r}")
-        _add_tensor(w, new, t.float().numpy(), qtype)
+        written[new] = t.float().numpy()
+        _add_tensor(w, new, written[new], qtype)
+    fields = {k: v.value for kv in w.kv_data for k, v in kv.items() if not k.startswith("tokenizer.ggml.")}
+    WRITTEN[path] = (arch, written, fields)
     return finish(w, path)
 
 
