@@ -41,6 +41,7 @@ using RmsSig = at::Tensor(TRef, TRef, double);
 using AddRmsSig = void(at::Tensor, at::Tensor, TRef, double);
 using RopeStoreSig = void(TRef, TRef, TRef, TRef, at::Tensor, at::Tensor, TRef, at::Tensor);
 using SiluMulSig = at::Tensor(TRef);
+using NormHeadsSig = void(at::Tensor, TRef, TRef, int64_t, int64_t, double);
 using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&,
                           const OptT&, int64_t, double);
 
@@ -56,6 +57,7 @@ struct Ops {
   c10::TypedOperatorHandle<AddRmsSig> add_rms = typed<AddRmsSig>("radixserve_cpu::add_rms_norm");
   c10::TypedOperatorHandle<RopeStoreSig> rope_store = typed<RopeStoreSig>("radixserve_cpu::rope_store_kv");
   c10::TypedOperatorHandle<SiluMulSig> silu_mul = typed<SiluMulSig>("radixserve_cpu::silu_mul");
+  c10::TypedOperatorHandle<NormHeadsSig> norm_heads = typed<NormHeadsSig>("radixserve_cpu::rms_norm_heads_");
   c10::TypedOperatorHandle<AttentionSig> attention = typed<AttentionSig>("radixserve_cpu::paged_attention");
 };
 
@@ -95,6 +97,13 @@ class LayerStack : public torch::CustomClassHolder {
   }
 
   int64_t num_layers() const { return static_cast<int64_t>(k_bufs_.size()); }
+  // Qwen 3's per-head q/k RMSNorms: a q and a k weight per layer, applied to the fused projection
+  // in place before rotary (rms_norm_heads_, as layer_loop does).
+  void set_qk_norms(std::vector<at::Tensor> weights, double eps) {
+    TORCH_CHECK(weights.size() == 2 * k_bufs_.size(), "LayerStack.set_qk_norms: a q and a k weight per layer");
+    qk_norms_ = std::move(weights);
+    qk_eps_ = eps;
+  }
 
   // x [T, hidden]: the embeddings (consumed); returns (the last layer's MLP output, the residual
   // stream before it), as layer_loop.run_layers.  The plan's tensors are the native attention
@@ -117,7 +126,12 @@ class LayerStack : public torch::CustomClassHolder {
       } else {
         o.add_rms.call(x, residual, norms_[2 * l], eps_);
       }
-      o.rope_store.call(linear(lin[0], x), positions, cos, sin, k_bufs_[l], v_bufs_[l], loc, q);
+      at::Tensor qkv = linear(lin[0], x);
+      if (!qk_norms_.empty()) {
+        qkv = qkv.contiguous();
+        o.norm_heads.call(qkv, qk_norms_[2 * l], qk_norms_[2 * l + 1], heads_, k_bufs_[l].size(1), qk_eps_);
+      }
+      o.rope_store.call(qkv, positions, cos, sin, k_bufs_[l], v_bufs_[l], loc, q);
       o.attention.call(q, k_bufs_[l], v_bufs_[l], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries, scaling,
                        out, std::nullopt, std::nullopt, 0, 0.0);  // plain layers only (no window, no cap)
       x = linear(lin[1], out.view({tokens, heads_ * dim})).contiguous();
@@ -144,10 +158,10 @@ class LayerStack : public torch::CustomClassHolder {
     }
   }
 
-  std::vector<at::Tensor> norms_, k_bufs_, v_bufs_;
+  std::vector<at::Tensor> norms_, k_bufs_, v_bufs_, qk_norms_;
   std::vector<Linear> lin_;
   std::optional<c10::OperatorHandle> packed_;
-  double eps_;
+  double eps_, qk_eps_ = 0.0;
   int64_t heads_;
 };
 
@@ -157,5 +171,6 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
   m.class_<LayerStack>("LayerStack")
       .def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, c10::List<OptT>,
                        c10::List<OptT>, std::vector<at::Tensor>, std::vector<at::Tensor>, double, int64_t>())
-      .def("run", &LayerStack::run);
+      .def("run", &LayerStack::run)
+      .def("set_qk_norms", &LayerStack::set_qk_norms);
 }

@@ -212,13 +212,13 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
 
     @property
     def stackable(self) -> bool:
-        """``native_layers`` that are exactly Llama's (SwiGLU, no q/k norms, one rotary): what
-        ``layer_stack``'s C++ loop runs."""
+        """``native_layers`` that are Llama's (SwiGLU, one rotary; Qwen 3's q/k norms allowed):
+        what ``layer_stack``'s C++ loop runs."""
         known = self.__dict__.get("_stackable")
         if known is None:
             known = self.__dict__["_stackable"] = self.native_layers and all(
-                type(layer) is DecoderLayer and layer.mlp.act == "silu" and layer.self_attn.q_norm is None
-                and layer.self_attn.rotary is self.rotary for layer in self.layers)
+                type(layer) is DecoderLayer and layer.mlp.act == "silu" and layer.self_attn.rotary is self.rotary
+                for layer in self.layers)
         return known
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:

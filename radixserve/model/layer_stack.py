@@ -7,6 +7,9 @@ the model's per-layer weights as its linear layers will run them at this step's 
 and its ``run`` makes the same op calls in C++: same ops, same order, same buffers, so the
 results are bit-identical to ``run_layers``'s (tests/core/test_layer_loop.py).
 
+Qwen 3's per-head q/k norms run in the stack too (``set_qk_norms``: ``rms_norm_heads_`` before
+rotary, as the loop does).
+
 ``run(model, x, batch, backend)`` returns ``run_layers``'s result, or None when the stack does
 not apply (the caller then runs ``run_layers``): the native library lacks it, the backend's
 attention is not one kernel call per layer this step (``AttentionBackend.native_plan``), a
@@ -84,8 +87,12 @@ class _Stacks:
         self.linears = [m for p in per_layer for m in p[4:]]
         self.thresholds = sorted({m.max_m for m in self.linears if type(m) is QuantLinear and m.max_m is not None})
         attns = [layer.self_attn for layer in model.layers]
+        q_norms = [a.q_norm for a in attns if a.q_norm is not None]  # Qwen 3: in every layer or none
+        self.qk_norms = [w for a in attns if a.q_norm is not None for w in (a.q_norm.weight, a.k_norm.weight)]
+        self.qk_eps = q_norms[0].eps if q_norms else 0.0
         self.uniform = (len({a.scaling for a in attns}) == 1 and len({n.eps for n in norms}) == 1
-                        and [a.layer_id for a in attns] == list(range(len(attns))))
+                        and [a.layer_id for a in attns] == list(range(len(attns)))
+                        and len(q_norms) in (0, len(attns)) and len({n.eps for n in q_norms}) <= 1)
         self.scaling, self.eps, self.heads = attns[0].scaling, norms[0].eps, attns[0].num_heads
         self.by_regime: dict[int, Any] = {}
 
@@ -100,8 +107,11 @@ class _Stacks:
         if not self.uniform or any(s is None for s in specs):
             return None
         kinds, w, a, b = (list(t) for t in zip(*specs))
-        return torch.classes.radixserve_cpu.LayerStack(self.norm_weights, kinds, w, a, b, self.pool.k_buffer,
-                                                       self.pool.v_buffer, float(self.eps), int(self.heads))
+        stack = torch.classes.radixserve_cpu.LayerStack(self.norm_weights, kinds, w, a, b, self.pool.k_buffer,
+                                                        self.pool.v_buffer, float(self.eps), int(self.heads))
+        if self.qk_norms:
+            stack.set_qk_norms(self.qk_norms, float(self.qk_eps))
+        return stack
 
 
 def available() -> bool:

@@ -201,8 +201,9 @@ def test_families_on_the_layer_loop_are_bit_identical(family_dir, dtype, monkeyp
     ref, ref_calls, _ = _run(family_dir, dtype, "modules", monkeypatch, dense_kernel="plain")
     loop, loop_calls, stacked = _run(family_dir, dtype, "stack", monkeypatch, dense_kernel="plain")
     assert ref_calls == 0 and loop_calls + stacked > 10
-    # only Phi's layers are exactly Llama's (its partial rotary is the C++ stack's rope_store_kv too)
-    assert (stacked > 10) == os.path.basename(family_dir).startswith("phi3"), (family_dir, stacked)
+    # the C++ stack runs Phi's layers (its partial rotary is the stack's rope_store_kv too) and
+    # Qwen 3's (its q/k norms); Gemma's differ more and stay in the flat loop
+    assert (stacked > 10) == os.path.basename(family_dir).startswith(("phi3", "qwen3")), (family_dir, stacked)
     assert loop == ref
 
 
