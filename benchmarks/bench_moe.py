@@ -31,7 +31,7 @@ import torch
 
 from benchmarks.peer_runners.common import batch_workload
 from benchmarks.radix_peer import RadixPeer
-from benchmarks.workloads import add_shared_prefix_args, random_prompts, shared_prefix_prompts
+from benchmarks.workloads import add_shared_prefix_args, random_prompts, shared_prefix_prompts, workload_line
 
 
 def parse_args() -> argparse.Namespace:
@@ -107,10 +107,7 @@ def run(args: argparse.Namespace, path: str, dtype: str) -> dict[str, Any]:
 
 def main() -> None:
     args = parse_args()
-    n = args.groups * args.prompts_per_group
-    print(f"workload: {args.groups} groups x {args.prompts_per_group} prompts = {n} requests; system "
-          f"{args.system_len} + question {args.question_len} tokens, output {args.output_len} (greedy, ignore_eos); "
-          f"threads={torch.get_num_threads()}")
+    print(f"{workload_line(args)}; threads={torch.get_num_threads()}")
     result: dict[str, Any] = {"args": vars(args), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="bench_moe_") as root:
         models = build_models(args, root)

@@ -33,7 +33,7 @@ from typing import Any
 from benchmarks.hf_baseline import HFPeer
 from benchmarks.peer_runners.common import batch_workload
 from benchmarks.radix_peer import RadixPeer
-from benchmarks.workloads import add_shared_prefix_args, random_prompts, shared_prefix_prompts
+from benchmarks.workloads import add_shared_prefix_args, random_prompts, shared_prefix_prompts, workload_line
 
 from radixserve import Engine
 
@@ -116,9 +116,7 @@ def run_hf(args: argparse.Namespace, model_path: str, prompts: list[list[int]],
 def main() -> None:
     args = parse_args()
     n = args.groups * args.prompts_per_group
-    print(f"workload: {args.groups} groups x {args.prompts_per_group} prompts = {n} requests; "
-          f"system {args.system_len} + question {args.question_len} tokens, output {args.output_len} "
-          f"(ignore_eos, greedy); dtype={args.dtype} quantization={args.quantization} "
+    print(f"{workload_line(args)}; dtype={args.dtype} quantization={args.quantization} "
           f"radix_cache={'off' if args.disable_radix_cache else 'on'}")
     ours, prompts, ours_out, model_path = run_ours(args)
     print(f"\n== radixserve Engine ({n} requests in one generate call; {ours['numerics']})")

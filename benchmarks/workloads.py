@@ -32,6 +32,13 @@ def add_shared_prefix_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-len", type=int, default=64)
 
 
+def workload_line(args: argparse.Namespace) -> str:
+    """One line naming the generated-shared-prefix workload of ``add_shared_prefix_args``' flags."""
+    n = args.groups * args.prompts_per_group
+    return (f"workload: {args.groups} groups x {args.prompts_per_group} prompts = {n} requests; system "
+            f"{args.system_len} + question {args.question_len} tokens, output {args.output_len} (greedy, ignore_eos)")
+
+
 def shared_prefix_prompts(groups: int, per_group: int, system_len: int, question_len: int, vocab: int,
                           seed: int) -> list[list[int]]:
     """Group-major prompts: each group's random system prompt + each prompt's own random question.
