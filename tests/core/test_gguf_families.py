@@ -42,8 +42,19 @@ def gguf_cache(smol_dir, tmp_path_factory):
     mp.undo()
 
 
+_WRITTEN_FAMILIES: dict[tuple[str, str], tuple] = {}  # (name, qtype) -> _family_gguf's answer, per session
+
+
 def _family_gguf(name: str, tmp_path_factory, smol_dir: str, qtype: gguf.GGMLQuantizationType = F32):
-    """(HF dir, transformers model, GGUF path) of family ``name`` (or a ``VARIANTS`` one)."""
+    """(HF dir, transformers model, GGUF path) of family ``name`` (or a ``VARIANTS`` one),
+    written once per session (the files are only read)."""
+    key = (name, qtype.name)
+    if key not in _WRITTEN_FAMILIES:
+        _WRITTEN_FAMILIES[key] = _write_family_gguf(name, tmp_path_factory, smol_dir, qtype)
+    return _WRITTEN_FAMILIES[key]
+
+
+def _write_family_gguf(name: str, tmp_path_factory, smol_dir: str, qtype: gguf.GGMLQuantizationType):
     hf_dir = str(tmp_path_factory.mktemp(name))
     base, changes = VARIANTS.get(name, (name, {}))
     cls, kw = FAMILIES[base]()

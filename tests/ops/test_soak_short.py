@@ -1,4 +1,4 @@
-"""The bounded version of benchmarks/soak.py on the tiny model: 200 mixed requests at
+"""The bounded version of benchmarks/soak.py on the tiny model: 120 mixed requests at
 concurrency 16 while the detokenizer is stalled, the worker is killed once (the server must
 exit non-zero and the restarted one serve) and a tiny KV pool (256 slots) and queue (12) meet
 16 clients (retractions are reported; tests/server/test_memory_pressure.py asserts them).
@@ -11,7 +11,7 @@ from benchmarks import soak
 
 def test_short_soak_with_faults(tiny_dir):
     args = soak.parser().parse_args([
-        "--model", tiny_dir, "--requests", "200", "--concurrency", "16", "--seed", "1",
+        "--model", tiny_dir, "--requests", "120", "--concurrency", "16", "--seed", "1",
         "--max-total-tokens", "8192", "--pressure-tokens", "256", "--pressure-queue", "12",
         "--stalls", "2", "--stall-s", "1.0", "--stall-gap-s", "0.5", "--deadline-s", "60", "--max-minutes", "4"])
     summary = soak.run_soak(args)
@@ -19,7 +19,7 @@ def test_short_soak_with_faults(tiny_dir):
     failed = {k: v for k, v in summary["checks"].items() if not v}
     assert not failed, (failed, [p["examples"] for p in summary["phases"]], summary["faults"])
     counts = summary["counts"]
-    assert sum(counts.values()) == 200 and counts["not_run"] == 0
+    assert sum(counts.values()) == 120 and counts["not_run"] == 0
     assert counts.get("rejected", 0) > 0  # the oversize requests were refused with a 400
     assert counts.get("server_down", 0) + counts.get("ok", 0) > 0
     assert any("SIGSTOP detokenizer" in line for line in summary["faults"])
