@@ -40,6 +40,11 @@ class LayerAttention:
                                                ("logit_softcap", self.logit_softcap is not None)) if on)
 
 
+def needed_features(layers: list[LayerAttention]) -> frozenset[str]:
+    """Every feature some layer of ``layers`` needs a backend to compute."""
+    return frozenset().union(*(la.features for la in layers))
+
+
 class ForwardMode(enum.Enum):
     EXTEND = 1  # prefill of new tokens after a (possibly empty) cached prefix
     DECODE = 2  # exactly one new token per request
@@ -106,7 +111,7 @@ class AttentionBackend(ABC):
     def set_layer_attention(self, layers: list[LayerAttention]) -> None:
         """Declare each layer's attention (once, before the first step; the model's
         ``layer_attention()``).  Raises ValueError naming the feature this backend lacks."""
-        missing = frozenset().union(*(la.features for la in layers)) - self.supported_features
+        missing = needed_features(layers) - self.supported_features
         if missing:
             raise ValueError(f"attention_backend: the {self.name} backend does not support "
                              f"{', '.join(sorted(missing))}, which this model needs")
@@ -114,7 +119,7 @@ class AttentionBackend(ABC):
             raise ValueError(f"attention_backend: {len(layers)} layers' attention for a pool of "
                              f"{self.kv_pool.num_layers} layers")
         self.layer_attention = list(layers)
-        self._plain = not any(la.features for la in self.layer_attention)
+        self._plain = not needed_features(self.layer_attention)
 
     @property
     def name(self) -> str:

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from radixserve.attention.base import AttentionBackend, LayerAttention
+from radixserve.attention.base import AttentionBackend, LayerAttention, needed_features
 from radixserve.mem_cache.kv_pool import KVPool
 
 NAMES = ("cpu", "torch_native", "triton", "flashinfer")
@@ -68,7 +68,7 @@ def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device, c
     model's ``layer_attention()``), declared to the backend; a backend named explicitly that
     lacks a feature raises ValueError naming it.  None: every layer plain.
     """
-    needed = frozenset().union(*(la.features for la in layers)) if layers else frozenset()
+    needed = needed_features(layers or [])
     if name == "auto":
         name = _auto(kv_pool, device, needed)
     cls = _backend_class(name)

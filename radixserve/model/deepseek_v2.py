@@ -31,7 +31,7 @@ from torch import nn
 
 from radixserve.model.decoder import DecoderLayer
 from radixserve.model.fused_ops import TorchOps
-from radixserve.model.layers import GatedMLP, activation
+from radixserve.model.layers import GatedMLP, act_mul, activation
 from radixserve.model.mla import MLAttention, deinterleave_rope_rows
 from radixserve.model.moe import Experts, Routing
 from radixserve.model.moe_families import MoEDecoderLM, MoESpec
@@ -88,7 +88,7 @@ class DeepseekMoE(nn.Module):
         super().__init__()
         act, hidden, inter = activation(config), config.hidden_size, config.moe_intermediate_size
         self.gate = DeepseekRouter(config, v3)
-        self.experts = Experts(config.n_routed_experts, hidden, inter, ops.silu_mul if act == "silu" else ops.gelu_tanh_mul)
+        self.experts = Experts(config.n_routed_experts, hidden, inter, act_mul(ops, act))
         shared = int(config.n_shared_experts or 0)
         self.shared_experts = GatedMLP(hidden, inter * shared, bool(getattr(config, "mlp_bias", False)), ops,
                                        act=act) if shared else None
@@ -119,7 +119,8 @@ class DeepseekV2ForCausalLM(MoEDecoderLM):
         """Every layer from ``first_k_dense_replace`` on (every ``moe_layer_freq``-th, as DeepSeek's
         own code reads it; transformers ignores the field, 1 in every released config)."""
         cfg = self.config
-        return layer_id >= (cfg.first_k_dense_replace or 0) and layer_id % int(getattr(cfg, "moe_layer_freq", 1) or 1) == 0
+        freq = int(getattr(cfg, "moe_layer_freq", 1) or 1)
+        return layer_id >= (cfg.first_k_dense_replace or 0) and layer_id % freq == 0
 
     def moe_spec(self) -> MoESpec:  # (the stacking of per-expert checkpoint tensors reads it)
         cfg = self.config

@@ -10,14 +10,16 @@ loading (quantization, packing, tests) are always the ones that run; the linear 
 ``nn.Module.__call__``, so forward hooks on them (calibration) still fire.
 
 Per layer that is seven calls (more with Qwen 3's q/k norms or Gemma's extra norms): two fused
-norms, ``rope_store_kv`` (rotary on q and k, K/V into the pool), the backend's per-step attention (``AttentionBackend.step_attention``: the plan and
-an output buffer bound once per step), and the four linear layers with ``silu_mul``.
+norms, ``rope_store_kv`` (rotary on q and k, K/V into the pool), the backend's per-step
+attention (``AttentionBackend.step_attention``: the plan and an output buffer bound once per
+step), and the four linear layers with ``silu_mul``.
 
-It applies when ``usable`` says so: Llama's layers (``DecoderLM.native_layers``: RMS q/k norms or none,
-SwiGLU or GeGLU, a rotary per layer, Gemma's four norms; per-layer sliding windows and
-soft-caps are the backend's ``step_attention``'s business), one rank (no all-reduce), the native CPU ops
-(``NativeCpuOps``, with the fused ``rope_store_kv``), and an attention backend that takes K/V
-written by the caller in the activations' dtype (``AttentionBackend.caller_stores_kv``).
+It applies when ``usable`` says so: Llama's layers (``DecoderLM.native_layers``: RMS q/k norms
+or none, SwiGLU or GeGLU, a rotary per layer, Gemma's four norms; per-layer sliding windows and
+soft-caps are the backend's ``step_attention``'s business), one rank (no all-reduce), the
+native CPU ops (``NativeCpuOps``, with the fused ``rope_store_kv``), and an attention backend
+that takes K/V written by the caller in the activations' dtype
+(``AttentionBackend.caller_stores_kv``).
 """
 from __future__ import annotations
 

@@ -49,6 +49,11 @@ def activation(config: Any) -> str:
     return act
 
 
+def act_mul(ops: type[TorchOps], act: str):
+    """The ops' gated activation for ``act`` (an ``activation()`` name): ``fn(gate_up) -> act(gate) * up``."""
+    return ops.silu_mul if act == "silu" else ops.gelu_tanh_mul
+
+
 class GatedMLP(nn.Module):
     """down(act(gate(x)) * up(x)) with gate and up fused into one matmul; ``act`` is SiLU
     (SwiGLU) or tanh-approximated GELU (GeGLU).  Under tensor parallelism ``intermediate`` is
@@ -61,7 +66,7 @@ class GatedMLP(nn.Module):
         self.ops = ops
         self.tp = tp or NoTP()
         self.act = act
-        self.act_mul = ops.silu_mul if act == "silu" else ops.gelu_tanh_mul
+        self.act_mul = act_mul(ops, act)
         self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
 

@@ -48,7 +48,8 @@ def mla_scaling(config: Any) -> float:
     """The softmax scale of the reference's attention."""
     from transformers.modeling_rope_utils import yarn_apply_mscale
 
-    return float(yarn_apply_mscale(rope_parameters(config), (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5))
+    head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
+    return float(yarn_apply_mscale(rope_parameters(config), head_dim ** -0.5))
 
 
 class MLAttention(nn.Module):

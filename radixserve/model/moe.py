@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from radixserve.model.fused_ops import TorchOps
-from radixserve.model.layers import GatedMLP
+from radixserve.model.layers import GatedMLP, act_mul
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class SparseMoE(nn.Module):
         super().__init__()
         self.routing = routing
         self.gate = DenseProjection(hidden, num_experts)
-        self.experts = Experts(num_experts, hidden, intermediate, ops.silu_mul if act == "silu" else ops.gelu_tanh_mul)
+        self.experts = Experts(num_experts, hidden, intermediate, act_mul(ops, act))
         self.shared_expert = self.shared_expert_gate = None
         if shared_intermediate:
             self.shared_expert = GatedMLP(hidden, shared_intermediate, ops=ops, act=act)
