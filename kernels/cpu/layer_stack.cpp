@@ -1,10 +1,16 @@
-// Every decoder layer of a Llama-family step in one call (see radixserve/model/layer_stack.py).
+// Every decoder layer of a step in one call (see radixserve/model/layer_stack.py).
 //
 // A LayerStack holds one model's per-layer weights (the two norms, the four linear layers as
 // this step's row count runs them) and its KV pool layers; run() does, per layer, what
 // layer_loop.run_layers does from Python: the same ops through the dispatcher, in the same
 // order, on the same buffers, so the results are bit-identical.  What it saves is Python: a
 // decode step of SmolLM2-135M is ~270 op calls, each ~1-3 us from Python.
+//
+// Beyond Llama's layer (set once, after construction): Qwen 3's q/k norms (set_qk_norms),
+// Gemma's post-attention / pre- and post-feedforward norms (set_gemma_norms), GeGLU
+// (set_activation), a rotary table per layer type (set_rotaries: each layer's index into run's
+// cos/sin lists) and layers whose attention differs (set_layer_groups: each layer's index into
+// run's per-group plan lists: its K/V store slots, request->slot table, plan, window and cap).
 //
 // Linear layers, by kind (w, a, b as given per layer):
 //   BLOCKED4 / BLOCKED8: blocked_linear(x, w, 4 or 8, a)   (a: the input scale or None)
@@ -29,6 +35,7 @@
 namespace {
 
 enum Kind : int64_t { INT8 = 1, PACKED = 2, DENSE = 3, BLOCKED4 = 4, BLOCKED8 = 8 };
+enum Act : int64_t { SILU = 0, GELU_TANH = 1 };  // the gated activation: silu_mul or gelu_tanh_mul
 constexpr int64_t PER_LAYER = 4;              // qkv, o, gate_up, down
 
 using OptT = std::optional<at::Tensor>;
@@ -40,7 +47,7 @@ using Int8Sig = at::Tensor(TRef, TRef, TRef, const OptT&);
 using RmsSig = at::Tensor(TRef, TRef, double);
 using AddRmsSig = void(at::Tensor, at::Tensor, TRef, double);
 using RopeStoreSig = void(TRef, TRef, TRef, TRef, at::Tensor, at::Tensor, TRef, at::Tensor);
-using SiluMulSig = at::Tensor(TRef);
+using ActMulSig = at::Tensor(TRef);
 using NormHeadsSig = void(at::Tensor, TRef, TRef, int64_t, int64_t, double);
 using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&,
                           const OptT&, int64_t, double);
@@ -56,7 +63,8 @@ struct Ops {
   c10::TypedOperatorHandle<RmsSig> rms = typed<RmsSig>("radixserve_cpu::rms_norm");
   c10::TypedOperatorHandle<AddRmsSig> add_rms = typed<AddRmsSig>("radixserve_cpu::add_rms_norm");
   c10::TypedOperatorHandle<RopeStoreSig> rope_store = typed<RopeStoreSig>("radixserve_cpu::rope_store_kv");
-  c10::TypedOperatorHandle<SiluMulSig> silu_mul = typed<SiluMulSig>("radixserve_cpu::silu_mul");
+  c10::TypedOperatorHandle<ActMulSig> silu_mul = typed<ActMulSig>("radixserve_cpu::silu_mul");
+  c10::TypedOperatorHandle<ActMulSig> gelu_tanh_mul = typed<ActMulSig>("radixserve_cpu::gelu_tanh_mul");
   c10::TypedOperatorHandle<NormHeadsSig> norm_heads = typed<NormHeadsSig>("radixserve_cpu::rms_norm_heads_");
   c10::TypedOperatorHandle<AttentionSig> attention = typed<AttentionSig>("radixserve_cpu::paged_attention");
 };
@@ -71,6 +79,20 @@ struct Linear {
   at::Tensor w;
   OptT a, b;
 };
+
+using Tensors = std::vector<at::Tensor>;
+
+// A per-layer index (layer l uses entry index[l] of run's lists; empty: entry 0 for all).
+std::vector<int64_t> checked_index(std::vector<int64_t> index, size_t layers, const char* what) {
+  TORCH_CHECK(index.size() == layers, "LayerStack.", what, ": an index per layer");
+  for (int64_t i : index) TORCH_CHECK(i >= 0, "LayerStack.", what, ": indices >= 0");
+  return index;
+}
+
+// How many entries run's lists need for ``index``.
+size_t entries_needed(const std::vector<int64_t>& index) {
+  return index.empty() ? 1 : static_cast<size_t>(*std::max_element(index.begin(), index.end())) + 1;
+}
 
 class LayerStack : public torch::CustomClassHolder {
  public:
@@ -104,22 +126,49 @@ class LayerStack : public torch::CustomClassHolder {
     qk_norms_ = std::move(weights);
     qk_eps_ = eps;
   }
+  // Gemma's layer: a pre- and a post-feedforward norm weight per layer; the attention output is
+  // normed by the layer's second norm (rms_norm, not add_rms_norm), added by the pre-feedforward
+  // one, and the MLP output normed by the post-feedforward one (the stack's eps for all).
+  void set_gemma_norms(std::vector<at::Tensor> weights) {
+    TORCH_CHECK(weights.size() == 2 * k_bufs_.size(), "LayerStack.set_gemma_norms: two weights per layer");
+    ff_norms_ = std::move(weights);
+  }
+  void set_activation(int64_t act) {
+    TORCH_CHECK(act == SILU || act == GELU_TANH, "LayerStack.set_activation: 0 (silu) or 1 (gelu_tanh)");
+    act_ = act;
+  }
+  void set_rotaries(std::vector<int64_t> index) {
+    rotary_ = checked_index(std::move(index), k_bufs_.size(), "set_rotaries");
+  }
+  void set_layer_groups(std::vector<int64_t> index) {
+    group_ = checked_index(std::move(index), k_bufs_.size(), "set_layer_groups");
+  }
 
   // x [T, hidden]: the embeddings (consumed); returns (the last layer's MLP output, the residual
-  // stream before it), as layer_loop.run_layers.  The plan's tensors are the native attention
+  // stream before it), as layer_loop.run_layers.  cos/sin: a table per rotary (set_rotaries);
+  // the other lists: an entry per attention group (set_layer_groups), the native attention
   // backend's for this step (no dense blocks).
-  std::tuple<at::Tensor, at::Tensor> run(at::Tensor x, const at::Tensor& positions, const at::Tensor& cos,
-                                         const at::Tensor& sin, const at::Tensor& loc, const at::Tensor& r2t,
-                                         const at::Tensor& tasks, const at::Tensor& entry_tok,
-                                         const at::Tensor& tok_ptr, const at::Tensor& tok_entries, double scaling) {
+  std::tuple<at::Tensor, at::Tensor> run(at::Tensor x, const at::Tensor& positions, Tensors cos, Tensors sin,
+                                         Tensors locs, Tensors r2ts, Tensors tasks, Tensors entry_tok,
+                                         Tensors tok_ptr, Tensors tok_entries, std::vector<int64_t> windows,
+                                         std::vector<double> caps, double scaling) {
     const Ops& o = ops();
     const int64_t tokens = x.size(0), dim = k_bufs_[0].size(2);
+    const size_t groups = locs.size();
     TORCH_CHECK(x.dim() == 2, "LayerStack.run: x [T, hidden]");
+    TORCH_CHECK(cos.size() == sin.size() && cos.size() >= entries_needed(rotary_),
+                "LayerStack.run: a cos/sin per rotary");
+    TORCH_CHECK(groups >= entries_needed(group_) && r2ts.size() == groups && tasks.size() == groups &&
+                    entry_tok.size() == groups && tok_ptr.size() == groups && tok_entries.size() == groups &&
+                    windows.size() == groups && caps.size() == groups,
+                "LayerStack.run: per attention group a loc, table, plan, window and cap");
     at::Tensor q = at::empty({tokens, heads_, dim}, x.options());  // one rotated-q buffer for every layer
     at::Tensor out = at::empty({tokens, heads_, dim}, k_bufs_[0].options());
     at::Tensor residual;
+    const bool gemma = !ff_norms_.empty();
     for (int64_t l = 0; l < num_layers(); ++l) {
       const Linear* lin = &lin_[PER_LAYER * l];
+      const size_t g = group_.empty() ? 0 : group_[l], r = rotary_.empty() ? 0 : rotary_[l];
       if (l == 0) {
         residual = x.to(at::kFloat);
         x = o.rms.call(x.contiguous(), norms_[0], eps_);
@@ -131,12 +180,19 @@ class LayerStack : public torch::CustomClassHolder {
         qkv = qkv.contiguous();
         o.norm_heads.call(qkv, qk_norms_[2 * l], qk_norms_[2 * l + 1], heads_, k_bufs_[l].size(1), qk_eps_);
       }
-      o.rope_store.call(qkv, positions, cos, sin, k_bufs_[l], v_bufs_[l], loc, q);
-      o.attention.call(q, k_bufs_[l], v_bufs_[l], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries, scaling,
-                       out, std::nullopt, std::nullopt, 0, 0.0);  // plain layers only (no window, no cap)
+      o.rope_store.call(qkv, positions, cos[r], sin[r], k_bufs_[l], v_bufs_[l], locs[g], q);
+      o.attention.call(q, k_bufs_[l], v_bufs_[l], r2ts[g], tasks[g], entry_tok[g], positions, tok_ptr[g],
+                       tok_entries[g], scaling, out, std::nullopt, std::nullopt, windows[g], caps[g]);
       x = linear(lin[1], out.view({tokens, heads_ * dim})).contiguous();
-      o.add_rms.call(x, residual, norms_[2 * l + 1], eps_);
-      x = linear(lin[3], o.silu_mul.call(linear(lin[2], x).contiguous())).contiguous();
+      if (gemma) {  // the attention output is normed before it joins the stream
+        x = o.rms.call(x, norms_[2 * l + 1], eps_);
+        o.add_rms.call(x, residual, ff_norms_[2 * l], eps_);
+      } else {
+        o.add_rms.call(x, residual, norms_[2 * l + 1], eps_);
+      }
+      at::Tensor gate_up = linear(lin[2], x).contiguous();
+      x = linear(lin[3], act_ == SILU ? o.silu_mul.call(gate_up) : o.gelu_tanh_mul.call(gate_up)).contiguous();
+      if (gemma) x = o.rms.call(x, ff_norms_[2 * l + 1], eps_);
     }
     return {x, residual};
   }
@@ -158,11 +214,12 @@ class LayerStack : public torch::CustomClassHolder {
     }
   }
 
-  std::vector<at::Tensor> norms_, k_bufs_, v_bufs_, qk_norms_;
+  std::vector<at::Tensor> norms_, k_bufs_, v_bufs_, qk_norms_, ff_norms_;
   std::vector<Linear> lin_;
+  std::vector<int64_t> rotary_, group_;  // per layer (empty: all 0)
   std::optional<c10::OperatorHandle> packed_;
   double eps_, qk_eps_ = 0.0;
-  int64_t heads_;
+  int64_t heads_, act_ = SILU;
 };
 
 }  // namespace
@@ -172,5 +229,9 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
       .def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, c10::List<OptT>,
                        c10::List<OptT>, std::vector<at::Tensor>, std::vector<at::Tensor>, double, int64_t>())
       .def("run", &LayerStack::run)
-      .def("set_qk_norms", &LayerStack::set_qk_norms);
+      .def("set_qk_norms", &LayerStack::set_qk_norms)
+      .def("set_gemma_norms", &LayerStack::set_gemma_norms)
+      .def("set_activation", &LayerStack::set_activation)
+      .def("set_rotaries", &LayerStack::set_rotaries)
+      .def("set_layer_groups", &LayerStack::set_layer_groups);
 }

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
@@ -38,6 +38,21 @@ class LayerAttention:
     def features(self) -> frozenset[str]:
         return frozenset(name for name, on in (("sliding_window", self.sliding_window is not None),
                                                ("logit_softcap", self.logit_softcap is not None)) if on)
+
+
+class NativeGroup(NamedTuple):
+    """What the layers of one attention kind (``LayerAttention``) share in a step on the native
+    CPU kernel: the slots their new K/V are stored at, the request->slot table and plan tensors
+    of ``radixserve_cpu::paged_attention``, and its ``window`` and ``softcap`` (0: none)."""
+
+    loc: torch.Tensor  # int64 [num_tokens]
+    r2t: torch.Tensor  # int32 [max_requests, max_context_len]
+    tasks: torch.Tensor
+    entry_tok: torch.Tensor
+    tok_ptr: torch.Tensor
+    tok_entries: torch.Tensor
+    window: int
+    softcap: float
 
 
 def needed_features(layers: list[LayerAttention]) -> frozenset[str]:
@@ -149,6 +164,14 @@ class AttentionBackend(ABC):
         """``(req_to_token, tasks, entry_tok, tok_ptr, tok_entries)``: the arguments of
         ``radixserve_cpu::paged_attention`` for this step, when every layer's attention is one call
         into that kernel (a caller may then make those calls itself); None otherwise."""
+        return None
+
+    def native_layer_plans(self, batch: ForwardBatch, num_heads: int) -> Optional[tuple[list[NativeGroup], list[int]]]:
+        """``(groups, layer_group)``: this step's distinct layer attentions as ``NativeGroup``s and
+        each layer's index into them, when every layer's attention is one call into
+        ``radixserve_cpu::paged_attention`` with its group's arguments (a caller may then make those
+        calls itself, storing layer ``l``'s K/V at ``groups[layer_group[l]].loc``); None otherwise.
+        ``layer_group`` is the same list object from step to step while the layers' attention is."""
         return None
 
     def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:

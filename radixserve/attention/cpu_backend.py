@@ -24,8 +24,10 @@ and ``softcap``.  A backend with such layers keeps one plan per (window, soft-ca
 step, built on first use: a window's plan cuts every task to the keys its tokens see (see
 ``cpu_plan.py``), a window no shorter than the step's longest sequence is no window, and a
 soft-capped layer has no flash-attention blocks (flash attention has no cap).  Plain layers
-keep the plain plan and path; ``native_plan`` (the layer stack) is None unless every layer is
-plain, and ``step_attention`` binds each layer's plan and arguments once per step.
+keep the plain plan.  ``native_layer_plans`` (the layer stack) gives each distinct layer
+attention's plan, window, cap and K/V tables (``_layer_tables``: the one place a layer's slots
+are chosen) and each layer's index into them, or None when a plan has flash-attention blocks;
+``step_attention`` binds each layer's group once per step.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from radixserve.attention.base import AttentionBackend, ForwardBatch, LayerAttention
+from radixserve.attention.base import AttentionBackend, ForwardBatch, LayerAttention, NativeGroup
 from radixserve.attention.cpu_plan import CpuAttnPlan, build_plan
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
@@ -152,57 +154,61 @@ class CpuBackend(AttentionBackend):
                                    plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
+    def _layer_tables(self, batch: ForwardBatch, la: LayerAttention) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loc, req_to_token)`` of the layers like ``la``: where their new K/V are stored and the
+        table the kernel reads their keys through (one pool for every layer: the batch's own)."""
+        return batch.out_cache_loc, batch.req_to_token
+
+    def _kinds(self) -> tuple[list[LayerAttention], list[int]]:
+        """The distinct layer attentions and each layer's index into them (once per
+        ``set_layer_attention``: the same index list until the layers change)."""
+        known = self.__dict__.get("_kinds_of")
+        if known is None or known[0] is not self.layer_attention:
+            kinds = list(dict.fromkeys(self.layer_attention))
+            index = [kinds.index(la) for la in self.layer_attention]
+            known = self.__dict__["_kinds_of"] = (self.layer_attention, kinds, index)
+        return known[1], known[2]
+
+    def _groups(self, batch: ForwardBatch, num_heads: int) -> tuple[list[Optional[NativeGroup]], list[int]]:
+        """Each distinct layer attention's ``NativeGroup`` this step (None where its plan has
+        flash-attention blocks) and each layer's index into them."""
+        kinds, index = self._kinds()
+        heads_per_kv = num_heads // self.kv_pool.num_kv_heads
+        groups: list[Optional[NativeGroup]] = []
+        for la in kinds:
+            plan, window = self._plan(batch, heads_per_kv, la)
+            if plan.dense:
+                groups.append(None)
+                continue
+            groups.append(NativeGroup(*self._layer_tables(batch, la), plan.tasks, plan.entry_tok, plan.tok_ptr,
+                                      plan.tok_entries, int(window), float(la.logit_softcap or 0.0)))
+        return groups, index
+
+    def native_layer_plans(self, batch: ForwardBatch, num_heads: int) -> Optional[tuple[list[NativeGroup], list[int]]]:
+        groups, index = self._groups(batch, num_heads)
+        return None if any(g is None for g in groups) else (groups, index)
+
     def native_plan(self, batch: ForwardBatch, num_heads: int) -> Optional[tuple[torch.Tensor, ...]]:
-        if not self.plain:  # layers differ in their plan or kernel arguments: not one call for all
-            return None
-        plan, _ = self._plan(batch, num_heads // self.kv_pool.num_kv_heads)
-        if plan.dense:
-            return None
-        return batch.req_to_token, plan.tasks, plan.entry_tok, plan.tok_ptr, plan.tok_entries
+        plans = self.native_layer_plans(batch, num_heads) if self.plain else None
+        return None if plans is None else plans[0][0][1:6]
 
     def step_attention(self, batch: ForwardBatch, num_heads: int) -> Callable[[torch.Tensor, int, float], torch.Tensor]:
-        """``attend`` with the plan's tensors, the pool's layers and one output buffer bound once
-        per step: a single call into the kernel per layer (see the base class for the contract)."""
+        """``attend`` with each layer's group (plan tensors, window, cap), the pool's layers and one
+        output buffer bound once per step: a single call into the kernel per layer; a layer whose
+        plan has flash-attention blocks takes the general path (see the base class for the contract)."""
         pool = self.kv_pool
-        if not self.plain:
-            return self._step_attention_per_layer(batch, num_heads)
-        native = self.native_plan(batch, num_heads)
-        if native is None:  # flash-attention blocks of an extend step: the general path
-            return super().step_attention(batch, num_heads)
-        kernel = torch.ops.radixserve_cpu.paged_attention.default
-        k_bufs, v_bufs, positions = pool.k_buffer, pool.v_buffer, batch.positions
-        r2t, tasks, entry_tok, tok_ptr, tok_entries = native
-        out = torch.empty(batch.num_tokens, num_heads, pool.head_dim, dtype=pool.dtype)
-
-        def attend(q: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
-            kernel(q, k_bufs[layer_id], v_bufs[layer_id], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries,
-                   scaling, out, None, None)
-            return out
-
-        return attend
-
-    def _step_attention_per_layer(self, batch: ForwardBatch,
-                                  num_heads: int) -> Callable[[torch.Tensor, int, float], torch.Tensor]:
-        """``step_attention`` where layers differ: each layer's plan, window and cap bound once per
-        step; a layer whose plan has flash-attention blocks takes the general path."""
-        pool = self.kv_pool
+        groups, index = self._groups(batch, num_heads)
         general = super().step_attention(batch, num_heads)
         kernel = torch.ops.radixserve_cpu.paged_attention.default
-        k_bufs, v_bufs, positions, r2t = pool.k_buffer, pool.v_buffer, batch.positions, batch.req_to_token
+        k_bufs, v_bufs, positions = pool.k_buffer, pool.v_buffer, batch.positions
         out = torch.empty(batch.num_tokens, num_heads, pool.head_dim, dtype=pool.dtype)
-        by_kind: dict[LayerAttention, Optional[tuple]] = {}
-        for la in self.layer_attention:
-            if la not in by_kind:
-                plan, window = self._plan(batch, num_heads // pool.num_kv_heads, la)
-                by_kind[la] = None if plan.dense else (plan.tasks, plan.entry_tok, plan.tok_ptr, plan.tok_entries,
-                                                       window, la.logit_softcap or 0.0)
-        bound = [by_kind[la] for la in self.layer_attention]
+        bound = [groups[g] for g in index]
 
         def attend(q: torch.Tensor, layer_id: int, scaling: float) -> torch.Tensor:
-            args = bound[layer_id]
-            if args is None:
+            group = bound[layer_id]
+            if group is None:
                 return general(q, layer_id, scaling)
-            tasks, entry_tok, tok_ptr, tok_entries, window, cap = args
+            _, r2t, tasks, entry_tok, tok_ptr, tok_entries, window, cap = group
             kernel(q, k_bufs[layer_id], v_bufs[layer_id], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries,
                    scaling, out, None, None, window, cap)
             return out

@@ -212,14 +212,10 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
 
     @property
     def stackable(self) -> bool:
-        """``native_layers`` that are Llama's (SwiGLU, one rotary; Qwen 3's q/k norms allowed):
-        what ``layer_stack``'s C++ loop runs."""
-        known = self.__dict__.get("_stackable")
-        if known is None:
-            known = self.__dict__["_stackable"] = self.native_layers and all(
-                type(layer) is DecoderLayer and layer.mlp.act == "silu" and layer.self_attn.rotary is self.rotary
-                for layer in self.layers)
-        return known
+        """``native_layers``, all of which ``layer_stack``'s C++ loop runs too (Llama's, with q/k
+        norms, partial rotary, GeGLU, Gemma's four norms and a rotary per layer type; it steps
+        aside at run time where layers differ in anything but their attention and rotary)."""
+        return self.native_layers
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.embed_tokens(input_ids)

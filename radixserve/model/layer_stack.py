@@ -7,19 +7,26 @@ the model's per-layer weights as its linear layers will run them at this step's 
 and its ``run`` makes the same op calls in C++: same ops, same order, same buffers, so the
 results are bit-identical to ``run_layers``'s (tests/core/test_layer_loop.py).
 
-Qwen 3's per-head q/k norms run in the stack too (``set_qk_norms``: ``rms_norm_heads_`` before
-rotary, as the loop does).
+It runs every layer ``run_layers`` runs (``DecoderLM.stackable``): Qwen 3's and Gemma 3's
+per-head q/k norms (``set_qk_norms``: ``rms_norm_heads_`` before rotary), partial rotary,
+GeGLU (``set_activation``: ``gelu_tanh_mul``), Gemma's four norms (``set_gemma_norms``), a
+rotary per layer type (``set_rotaries``: each layer's index into the distinct rotaries' cos/sin
+tables) and layers whose attention differs (sliding windows, soft-caps): the backend's
+``native_layer_plans`` gives one group of kernel arguments per distinct layer attention (its
+K/V store slots, request->slot table, plan, window and cap) and each layer's group, which the
+stack takes once (``set_layer_groups``) and the groups on every ``run``.
 
 ``run(model, x, batch, backend)`` returns ``run_layers``'s result, or None when the stack does
 not apply (the caller then runs ``run_layers``): the native library lacks it, the backend's
-attention is not one kernel call per layer this step (``AttentionBackend.native_plan``), a
-linear layer is of a kind the stack does not run (w8a8, a bias on a quantized layer, a
-subclass) or has hooks, or the layers differ in their attention scale or norm epsilon.
+attention is not one kernel call per layer this step (``native_layer_plans`` is None: a plan
+with flash-attention blocks, a backend other than the CPU kernel's), a linear layer is of a
+kind the stack does not run (w8a8, a bias on a quantized layer, a subclass) or has hooks, or
+the layers differ in their attention scale, norm epsilon, activation or which norms they have.
 
 The stacks are cached on the model, one per linear-layer regime (a QuantLinear runs its dense
-weights above ``max_m`` rows), and rebuilt when a layer module or norm weight is replaced;
-in-place changes to weights are seen as they are, but a module's tensors must not be
-reassigned once it has run (the stack holds the tensors it was built with).
+weights above ``max_m`` rows), and rebuilt when a layer's norm, linear or rotary module or a
+norm weight is replaced; in-place changes to weights are seen as they are, but a module's
+tensors must not be reassigned once it has run (the stack holds the tensors it was built with).
 """
 from __future__ import annotations
 
@@ -35,9 +42,10 @@ from radixserve.model.packed_linear import PackedLinear
 from radixserve.model.quant import QuantLinear
 
 INT8, PACKED, DENSE, BLOCKED4, BLOCKED8 = 1, 2, 3, 4, 8  # the linear kinds of layer_stack.cpp
+SILU, GELU_TANH = 0, 1  # its activations
 _LINEARS = (("self_attn", "qkv_proj"), ("self_attn", "o_proj"), ("mlp", "gate_up_proj"), ("mlp", "down_proj"))
 _CACHE = "_layer_stack_cache"
-_WALKED = 8  # entries per layer in _walk's list
+_WALKED = 17  # entries per layer in _walk's list
 
 
 def _hooked(mod: nn.Module) -> bool:
@@ -64,15 +72,22 @@ def linear_spec(mod: nn.Module, rows: int) -> Optional[tuple]:
 
 
 def _walk(model: Any) -> list:
-    """Per layer (``_WALKED`` entries): its two norm modules, their weights and its four linear
-    modules (the identity of these decides whether a cached stack is still the model's)."""
+    """Per layer (``_WALKED`` entries): its norm modules (input, post-attention, Gemma's pre- and
+    post-feedforward, q and k: None where it has none) and their weights, its four linear
+    modules and its rotary (the identity of these decides whether a cached stack is still the
+    model's)."""
     out: list = []
     for layer in model.layers:
         mods = layer._modules
-        norm_in, norm_post = mods["input_layernorm"], mods["post_attention_layernorm"]
         attn, mlp = mods["self_attn"]._modules, mods["mlp"]._modules
-        out += (norm_in, norm_post, norm_in._parameters["weight"], norm_post._parameters["weight"],
-                attn["qkv_proj"], attn["o_proj"], mlp["gate_up_proj"], mlp["down_proj"])
+        n0, n1 = mods["input_layernorm"], mods["post_attention_layernorm"]
+        n2, n3 = mods.get("pre_feedforward_layernorm"), mods.get("post_feedforward_layernorm")
+        n4, n5 = attn.get("q_norm"), attn.get("k_norm")
+        # (spelled out: a comprehension over the norms costs ~8 us a step at 30 layers)
+        out += (n0, n1, n2, n3, n4, n5, n0._parameters["weight"], n1._parameters["weight"],
+                None if n2 is None else n2._parameters["weight"], None if n3 is None else n3._parameters["weight"],
+                None if n4 is None else n4._parameters["weight"], None if n5 is None else n5._parameters["weight"],
+                attn["qkv_proj"], attn["o_proj"], mlp["gate_up_proj"], mlp["down_proj"], attn["rotary"])
     return out
 
 
@@ -82,18 +97,28 @@ class _Stacks:
     def __init__(self, model: Any, mods: list, pool: Any) -> None:
         self.mods, self.pool, self.k_buffer = mods, pool, pool.k_buffer
         per_layer = [mods[i: i + _WALKED] for i in range(0, len(mods), _WALKED)]
-        norms = [m for p in per_layer for m in p[0:2]]
-        self.norm_weights = [w for p in per_layer for w in p[2:4]]
-        self.linears = [m for p in per_layer for m in p[4:]]
+        present = {tuple(n is not None for n in p[2:6]) for p in per_layer}  # which optional norms a layer has
+        pre_ff, post_ff, q_norm, k_norm = next(iter(present))  # (some layer's: not uniform when they differ)
+        norms = [n for p in per_layer for n in p[0:4] if n is not None]
+        qk_norms = [n for p in per_layer for n in p[4:6] if n is not None]
+        self.norm_weights = [w for p in per_layer for w in p[6:8]]
+        self.ff_norm_weights = [w for p in per_layer for w in p[8:10]] if pre_ff else []
+        self.qk_norms = [w for p in per_layer for w in p[10:12]] if q_norm else []
+        self.linears = [m for p in per_layer for m in p[12:16]]
+        self.rotaries = list({id(p[16]): p[16] for p in per_layer}.values())  # distinct, in layer order
+        self.rotary_index = [self.rotaries.index(p[16]) for p in per_layer]
         self.thresholds = sorted({m.max_m for m in self.linears if type(m) is QuantLinear and m.max_m is not None})
         attns = [layer.self_attn for layer in model.layers]
-        q_norms = [a.q_norm for a in attns if a.q_norm is not None]  # Qwen 3: in every layer or none
-        self.qk_norms = [w for a in attns if a.q_norm is not None for w in (a.q_norm.weight, a.k_norm.weight)]
-        self.qk_eps = q_norms[0].eps if q_norms else 0.0
-        self.uniform = (len({a.scaling for a in attns}) == 1 and len({n.eps for n in norms}) == 1
-                        and [a.layer_id for a in attns] == list(range(len(attns)))
-                        and len(q_norms) in (0, len(attns)) and len({n.eps for n in q_norms}) <= 1)
+        acts = {layer.mlp.act == "silu" for layer in model.layers}
+        self.act = SILU if acts == {True} else GELU_TANH
+        # every layer alike: Gemma's norms and the q/k norms in all or none, one eps, scale, activation
+        self.uniform = (len(present) == 1 and pre_ff == post_ff and q_norm == k_norm
+                        and len({a.scaling for a in attns}) == 1 and len({n.eps for n in norms}) == 1
+                        and len({n.eps for n in qk_norms}) <= 1 and len(acts) == 1
+                        and [a.layer_id for a in attns] == list(range(len(attns))))
         self.scaling, self.eps, self.heads = attns[0].scaling, norms[0].eps, attns[0].num_heads
+        self.qk_eps = qk_norms[0].eps if qk_norms else 0.0
+        self.layer_groups: Optional[list[int]] = None  # the backend's, as the built stacks have it
         self.by_regime: dict[int, Any] = {}
 
     def get(self, rows: int) -> Any:
@@ -101,6 +126,13 @@ class _Stacks:
         if regime not in self.by_regime:
             self.by_regime[regime] = self._build(rows)
         return self.by_regime[regime]
+
+    def set_layer_groups(self, index: list[int]) -> None:
+        """Each layer's attention group (``AttentionBackend.native_layer_plans``), in every stack."""
+        self.layer_groups = index
+        for stack in self.by_regime.values():
+            if stack is not None:
+                stack.set_layer_groups(index)
 
     def _build(self, rows: int) -> Any:
         specs = [linear_spec(m, rows) for m in self.linears]
@@ -111,6 +143,12 @@ class _Stacks:
                                                         self.pool.v_buffer, float(self.eps), int(self.heads))
         if self.qk_norms:
             stack.set_qk_norms(self.qk_norms, float(self.qk_eps))
+        if self.ff_norm_weights:
+            stack.set_gemma_norms(self.ff_norm_weights)
+        stack.set_activation(self.act)
+        stack.set_rotaries(self.rotary_index)
+        if self.layer_groups is not None:
+            stack.set_layer_groups(self.layer_groups)
         return stack
 
 
@@ -129,8 +167,8 @@ def run(model: Any, x: torch.Tensor, batch: ForwardBatch,
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return None
     heads = model.layers[0].self_attn.num_heads
-    native = backend.native_plan(batch, heads)
-    if native is None:
+    plans = backend.native_layer_plans(batch, heads)
+    if plans is None:
         return None
     mods = _walk(model)
     cache: Optional[_Stacks] = model.__dict__.get(_CACHE)
@@ -141,10 +179,14 @@ def run(model: Any, x: torch.Tensor, batch: ForwardBatch,
         cache = model.__dict__[_CACHE] = _Stacks(model, mods, backend.kv_pool)
     if any(map(_hooked, cache.linears)):
         return None
+    groups, layer_groups = plans
+    if layer_groups is not cache.layer_groups:
+        cache.set_layer_groups(layer_groups)
     stack = cache.get(x.shape[0])
     if stack is None:
         return None
-    rotary = model.rotary
-    r2t, tasks, entry_tok, tok_ptr, tok_entries = native
-    return stack.run(x, batch.positions, rotary.cos, rotary.sin, batch.out_cache_loc, r2t, tasks, entry_tok, tok_ptr,
-                     tok_entries, cache.scaling)
+    locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows, caps = (list(t) for t in zip(*groups))
+    cos = [r._buffers["cos"] for r in cache.rotaries]
+    sin = [r._buffers["sin"] for r in cache.rotaries]
+    return stack.run(x, batch.positions, cos, sin, locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows, caps,
+                     cache.scaling)
