@@ -80,6 +80,12 @@ class CacheConfig:
     cache_persist_dir: Optional[str] = None
     cache_persist_interval: float = 0.0
     cache_persist_max_bytes: int = 256 << 20
+    # sliding-window layers keep their KV in a pool of their own (mem_cache/swa_slots.py) with
+    # this many slots per full slot (SGLang's --swa-full-tokens-ratio); never below what one
+    # request's window and prefill chunk need.  Off with disable_hybrid_swa_memory, and with
+    # warm restart (cache_persist_dir), which persists full layers only.
+    swa_full_tokens_ratio: float = 0.5
+    disable_hybrid_swa_memory: bool = False
 
     @property
     def persists(self) -> bool:
@@ -91,6 +97,8 @@ class CacheConfig:
             raise ValueError("cache_persist_interval: must be >= 0 (0: only at shutdown)")
         if self.cache_persist_max_bytes < 0:
             raise ValueError("cache_persist_max_bytes: must be >= 0")
+        if not 0.0 < self.swa_full_tokens_ratio <= 1.0:
+            raise ValueError("swa_full_tokens_ratio: must be in (0, 1]")
 
 
 @dataclass(frozen=True)

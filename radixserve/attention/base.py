@@ -88,6 +88,16 @@ class ForwardBatch:
     extend_prefix_lens_cpu: list[int] = field(default_factory=list)
     extend_seq_lens_cpu: list[int] = field(default_factory=list)
     attn_metadata: Any = None  # filled by AttentionBackend.init_forward_metadata
+    # the sliding-window pool's slots of the new tokens and table (``KVPool.is_sliding`` layers)
+    swa_out_cache_loc: Optional[torch.Tensor] = None
+    swa_req_to_token: Optional[torch.Tensor] = None
+
+    def layer_slots(self, pool: KVPool, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the new tokens' slots, the request->slot table) of layer ``layer_id``'s buffers:
+        the sliding-window pool's for a sliding layer of a hybrid pool, else the full ones."""
+        if pool.is_sliding[layer_id]:
+            return self.swa_out_cache_loc, self.swa_req_to_token
+        return self.out_cache_loc, self.req_to_token
 
     @property
     def batch_size(self) -> int:
@@ -175,7 +185,7 @@ class AttentionBackend(ABC):
         return None
 
     def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.kv_pool.set_kv(layer_id, batch.out_cache_loc, k, v)
+        self.kv_pool.set_kv(layer_id, batch.layer_slots(self.kv_pool, layer_id)[0], k, v)
 
     @abstractmethod
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,

@@ -64,12 +64,14 @@ class DenseRule:
 
 @dataclass
 class _StepPlans:
-    """A step's plans when some layer is not plain: by (effective window, soft-capped), built on
-    first use from the step's host-side sizes (``inputs``)."""
+    """A step's plans when some layer is not plain: by (effective window, soft-capped, in the
+    sliding pool), built on first use from the step's host-side sizes (``inputs``; a sliding
+    pool's layers plan over their own table's rows, so only keys they share are shared)."""
 
     inputs: tuple
     max_seq: int
-    plans: dict[tuple[Optional[int], bool], CpuAttnPlan] = field(default_factory=dict)
+    plans: dict[tuple[Optional[int], bool, bool], CpuAttnPlan] = field(default_factory=dict)
+    swa_inputs: Optional[tuple] = None
 
 
 _PLAIN = LayerAttention()
@@ -81,7 +83,7 @@ def available(kv_pool: KVPool) -> bool:
 
 
 class CpuBackend(AttentionBackend):
-    supported_features = frozenset({"sliding_window", "logit_softcap"})
+    supported_features = frozenset({"sliding_window", "logit_softcap", "sliding_pool"})
 
     def __init__(self, kv_pool: KVPool, dense: Optional[DenseRule] = None) -> None:
         super().__init__(kv_pool)
@@ -127,19 +129,29 @@ class CpuBackend(AttentionBackend):
             batch.attn_metadata = self._build_plan(batch, meta, heads_per_kv, None, False)
             return batch.attn_metadata, 0
         window = la.sliding_window if la.sliding_window is not None and la.sliding_window < meta.max_seq else None
-        key = (window, la.logit_softcap is not None)
+        sliding = self.kv_pool.hybrid and la.sliding_window is not None
+        key = (window, la.logit_softcap is not None, sliding)
         if key not in meta.plans:
-            meta.plans[key] = self._build_plan(batch, meta.inputs, heads_per_kv, *key)
+            inputs = meta.inputs
+            if sliding:
+                if meta.swa_inputs is None:
+                    table = batch.swa_req_to_token.numpy()
+                    req_rows = inputs[1]
+                    rows = table[req_rows, :meta.max_seq] if len(req_rows) > 1 else table[req_rows, :1]
+                    meta.swa_inputs = (rows,) + inputs[1:]
+                inputs = meta.swa_inputs
+            meta.plans[key] = self._build_plan(batch, inputs, heads_per_kv, *key)
         return meta.plans[key], window or 0
 
     def _build_plan(self, batch: ForwardBatch, inputs: tuple, heads_per_kv: int, window: Optional[int],
-                    capped: bool) -> CpuAttnPlan:
+                    capped: bool, sliding: bool = False) -> CpuAttnPlan:
         rows, req_rows, seq_lens, ext_lens, start_loc = inputs
         dense = self.dense if not capped else DenseRule(0, 0)  # flash attention has no soft-cap
         plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
                           torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=dense.shared_min_rows,
                           dense_causal_min_rows=dense.causal_min_rows, window=window)
-        plan.dense_slots = [batch.req_to_token[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
+        table = batch.swa_req_to_token if sliding else batch.req_to_token
+        plan.dense_slots = [table[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
         return plan
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
@@ -150,13 +162,15 @@ class CpuBackend(AttentionBackend):
         qc = (q if q.dtype == pool.dtype else q.to(pool.dtype)).contiguous()
         out = torch.empty_like(qc)
         parts = self._dense_parts(qc, layer_id, scaling, batch, plan) if plan.dense else None
-        cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.req_to_token,
-                                   plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0)
+        cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id],
+                                   batch.layer_slots(pool, layer_id)[1], plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
     def _layer_tables(self, batch: ForwardBatch, la: LayerAttention) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loc, req_to_token)`` of the layers like ``la``: where their new K/V are stored and the
-        table the kernel reads their keys through (one pool for every layer: the batch's own)."""
+        table the kernel reads their keys through (a sliding layer of a hybrid pool: its own)."""
+        if self.kv_pool.hybrid and la.sliding_window is not None:
+            return batch.swa_out_cache_loc, batch.swa_req_to_token
         return batch.out_cache_loc, batch.req_to_token
 
     def _kinds(self) -> tuple[list[LayerAttention], list[int]]:

@@ -55,6 +55,12 @@ def _auto(kv_pool: KVPool, device: torch.device, needed: frozenset[str]) -> str:
     return candidates[-1]  # set_layer_attention names what it lacks
 
 
+def sliding_pool_supported(name: str) -> bool:
+    """Whether backend ``name`` reads a hybrid pool's sliding layers (``KVPool.is_sliding``)
+    through their own slots; "auto" chooses among those that do."""
+    return name == "auto" or "sliding_pool" in _backend_class(name).supported_features
+
+
 def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device, cpu_dense=None,
                              layers: Optional[list[LayerAttention]] = None) -> AttentionBackend:
     """Resolve ``--attention-backend`` (auto|cpu|torch_native|triton|flashinfer) to an instance.
@@ -68,7 +74,10 @@ def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device, c
     model's ``layer_attention()``), declared to the backend; a backend named explicitly that
     lacks a feature raises ValueError naming it.  None: every layer plain.
     """
-    needed = needed_features(layers or [])
+    needed = needed_features(layers or []) | ({"sliding_pool"} if kv_pool.hybrid else frozenset())
+    if kv_pool.hybrid and name != "auto" and not sliding_pool_supported(name):
+        raise ValueError(f"attention_backend: the {name} backend does not read a sliding-window pool "
+                         "(use disable_hybrid_swa_memory)")
     if name == "auto":
         name = _auto(kv_pool, device, needed)
     cls = _backend_class(name)

@@ -41,6 +41,7 @@ class _Bucket:
     src: Optional[torch.Tensor]  # int64: padded rows that are real queries
     dest: Optional[torch.Tensor]  # int64: their packed rows
     kv_index: Optional[torch.Tensor] = None  # int64 [n * Lmax]: slot of every (request, position)
+    swa_kv_index: Optional[torch.Tensor] = None  # the same in the sliding-window pool (a hybrid pool)
     max_len: int = 0
     # bool [n, 1, Qmax, Lmax] by sliding window (None: causal only), for the layers that gather
     masks: dict[Optional[int], torch.Tensor] = field(default_factory=dict)
@@ -60,7 +61,7 @@ def length_buckets(lengths: list[int]) -> list[list[int]]:
 
 
 class TorchNativeBackend(AttentionBackend):
-    supported_features = frozenset({"sliding_window", "logit_softcap"})
+    supported_features = frozenset({"sliding_window", "logit_softcap", "sliding_pool"})
 
     def __init__(self, kv_pool) -> None:
         super().__init__(kv_pool)
@@ -120,6 +121,9 @@ class TorchNativeBackend(AttentionBackend):
             ar = torch.arange(max_len, device=dev)
             valid = ar.unsqueeze(0) < seq_lens.unsqueeze(1)
             b.kv_index = torch.where(valid, rows, torch.zeros_like(rows)).reshape(-1)
+            if batch.swa_req_to_token is not None:  # slots a window hides may be stale: masked out
+                swa_rows = batch.swa_req_to_token.index_select(0, pick(batch.req_pool_indices))[:, :max_len].long()
+                b.swa_kv_index = torch.where(valid, swa_rows, torch.zeros_like(swa_rows)).reshape(-1)
             mask = (ar.view(1, 1, max_len) <= q_pos.unsqueeze(2)) & valid.unsqueeze(1)
             mask[:, :, 0] |= q_pos < 0  # padded queries see slot 0 so softmax stays finite
             for w in needed:  # a window no shorter than the longest row hides nothing
@@ -153,8 +157,9 @@ class TorchNativeBackend(AttentionBackend):
             out = cascade.forward(b.cascade, qp, k_buf, v_buf, scaling)
         else:
             hkv = pool.num_kv_heads
-            keys = k_buf.index_select(0, b.kv_index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
-            vals = v_buf.index_select(0, b.kv_index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
+            index = b.swa_kv_index if pool.is_sliding[layer_id] else b.kv_index
+            keys = k_buf.index_select(0, index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
+            vals = v_buf.index_select(0, index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
             mask = b.masks[la.sliding_window]
             if la.logit_softcap is not None:
                 out = _softcapped(qp.transpose(1, 2), keys, vals, mask, scaling, la.logit_softcap).transpose(1, 2)

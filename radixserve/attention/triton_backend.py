@@ -41,7 +41,7 @@ class TritonBackend(AttentionBackend):
     gets ``clamp(cdiv(L, min_tokens_per_split), 1, max_kv_splits)`` splits.  Block sizes
     default to the kernels' GPU defaults; tests pass small ones."""
 
-    supported_features = frozenset({"sliding_window", "logit_softcap"})
+    supported_features = frozenset({"sliding_window", "logit_softcap", "sliding_pool"})
 
     def __init__(
         self,
@@ -88,13 +88,14 @@ class TritonBackend(AttentionBackend):
 
     def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         pool = self.kv_pool
-        self._k.store_kv(k, v, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.out_cache_loc)
+        self._k.store_kv(k, v, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.layer_slots(pool, layer_id)[0])
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
                batch: ForwardBatch) -> torch.Tensor:
         k_buf = self.kv_pool.k_buffer[layer_id]
         v_buf = self.kv_pool.v_buffer[layer_id]
         la = self.layer_attention[layer_id]
+        table = batch.layer_slots(self.kv_pool, layer_id)[1]
         meta: TritonMetadata = batch.attn_metadata
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if batch.mode == ForwardMode.DECODE:
@@ -110,7 +111,7 @@ class TritonBackend(AttentionBackend):
             splits = meta.num_kv_splits if la.sliding_window is None else meta.window_splits[la.sliding_window]
             self._k.decode_attention_fwd(
                 q, k_buf, v_buf, out,
-                batch.req_to_token, batch.req_pool_indices, batch.seq_lens,
+                table, batch.req_pool_indices, batch.seq_lens,
                 splits, self.max_kv_splits, scaling,
                 attn_logits=meta.attn_logits, attn_lse=meta.attn_lse,
                 block_n=self.decode_block_n, block_h=self.decode_block_h,
@@ -119,7 +120,7 @@ class TritonBackend(AttentionBackend):
             return out
         self._k.extend_attention_fwd(
             q, k, v, out, k_buf, v_buf,
-            batch.req_to_token, batch.req_pool_indices, batch.seq_lens,
+            table, batch.req_pool_indices, batch.seq_lens,
             batch.extend_prefix_lens, batch.extend_seq_lens, batch.extend_start_loc,
             meta.max_extend_len, scaling,
             block_m=self.extend_block_m, block_n=self.extend_block_n,

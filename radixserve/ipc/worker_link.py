@@ -54,6 +54,10 @@ class StepReq:
     # embeddings: "last" returns the final (normed) hidden state of this chunk's last row,
     # "sum" the fp32 sum over its rows, in ``StepOutput.hidden``; "" (generation) neither
     pool: str = ""
+    # the sliding-window pool (``mem_cache/swa_slots.py``): the sliding slot of each of ``slots``
+    # and of ``prefix_slots`` (0: freed, never read); None without one
+    swa_slots: Optional[np.ndarray] = None
+    prefix_swa: Optional[np.ndarray] = None
 
 
 @dataclass
@@ -100,3 +104,5 @@ class WorkerInfo:
     quantization: str = "none"  # of the decoder's linear layers, e.g. "int8 at <= 4 rows"
     hidden_size: int = 0  # the length of an embedding
     kv_bytes_per_slot: int = 0  # K and V of one token over all layers (warm restart's byte budget)
+    swa_slots: int = 0  # slots of the sliding-window pool (0: none; mem_cache/swa_slots.py)
+    swa_window: int = 0  # the longest sliding window it serves

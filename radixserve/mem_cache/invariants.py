@@ -7,6 +7,7 @@ import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
 from radixserve.mem_cache.prefix_cache import PrefixCache
+from radixserve.mem_cache.swa_slots import SwaSlotAllocator
 
 
 def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
@@ -46,3 +47,16 @@ def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
         assert node.lock_ref == lock_count.get(id(node), 0), "lock_ref does not match the running requests"
     missing = allocator.num_slots - 1 - len(owners)
     assert missing == 0, f"{missing} slots leaked (in no state)"
+    if isinstance(allocator, SwaSlotAllocator):
+        _check_sliding(allocator, {s for s, who in owners.items() if who == "free"})
+
+
+def _check_sliding(allocator: SwaSlotAllocator, free_full: set[int]) -> None:
+    """Every sliding slot is free or the sliding slot of exactly one full slot that is in use."""
+    mapped = torch.nonzero(allocator.swa_of).squeeze(1).tolist()
+    assert not free_full.intersection(mapped), "a free slot keeps a sliding slot"
+    used = allocator.swa_of[allocator.swa_of > 0].tolist()
+    assert len(set(used)) == len(used), "a sliding slot given to two tokens"
+    free = allocator.sliding.free_slots().tolist()
+    assert not set(free).intersection(used), "a sliding slot both free and in use"
+    assert sorted(free + used) == list(range(1, allocator.num_swa_slots)), "sliding slots leaked (in no state)"

@@ -1,6 +1,8 @@
 """The KV tensors: one K and one V buffer per layer, indexed by token slot."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 
@@ -11,6 +13,9 @@ class KVPool:
     ``shared_kv``: one tensor per layer is both K and V (``v_buffer[l] is k_buffer[l]``), for
     multi-head latent attention, whose keys and values are the same compressed vector; the
     memory is counted once and ``set_kv`` stores ``k`` only.
+    ``sliding_layers`` with ``num_swa_slots``: those layers' buffers have ``num_swa_slots`` rows
+    (the sliding-window pool, ``swa_slots.py``) and are indexed by sliding slots, which a step
+    gives as ``ForwardBatch.swa_out_cache_loc``/``swa_req_to_token`` (``is_sliding[l]``).
     """
 
     def __init__(
@@ -22,6 +27,8 @@ class KVPool:
         dtype: torch.dtype,
         device: torch.device | str = "cpu",
         shared_kv: bool = False,
+        sliding_layers: Sequence[int] = (),
+        num_swa_slots: int = 0,
     ) -> None:
         self.num_slots = num_slots
         self.num_layers = num_layers
@@ -30,10 +37,12 @@ class KVPool:
         self.dtype = dtype
         self.device = torch.device(device)
         self.shared_kv = shared_kv
-        shape = (num_slots, num_kv_heads, head_dim)
-        self.k_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.num_swa_slots = num_swa_slots if sliding_layers else 0
+        self.is_sliding = [bool(self.num_swa_slots) and layer in set(sliding_layers) for layer in range(num_layers)]
+        shapes = [((num_swa_slots if sliding else num_slots), num_kv_heads, head_dim) for sliding in self.is_sliding]
+        self.k_buffer = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
         self.v_buffer = self.k_buffer if shared_kv else [torch.zeros(shape, dtype=dtype, device=device)
-                                                         for _ in range(num_layers)]
+                                                         for shape in shapes]
 
     def set_kv(self, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Scatter new keys/values ``[n, num_kv_heads, head_dim]`` into slots ``loc [n]`` (with
@@ -43,6 +52,17 @@ class KVPool:
         self.k_buffer[layer_id].index_copy_(0, loc, k)
         if not self.shared_kv:
             self.v_buffer[layer_id].index_copy_(0, loc, v)
+
+    @property
+    def hybrid(self) -> bool:
+        """True when some layers are in the sliding-window pool."""
+        return self.num_swa_slots > 0
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of every K/V buffer."""
+        bufs = self.k_buffer if self.shared_kv else self.k_buffer + self.v_buffer
+        return sum(b.numel() * b.element_size() for b in bufs)
 
     @property
     def slot_bytes(self) -> int:

@@ -53,6 +53,9 @@ class PrefixCache(ABC):
 
     def __init__(self, free_fn: Callable[[torch.Tensor], None]) -> None:
         self.free_fn = free_fn
+        # called with (the tree's slots, the request's duplicate slots of the same tokens) just
+        # before the duplicates are freed (the sliding pool moves their sliding KV to the tree)
+        self.on_duplicates: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
         self.reset()
 
     def reset(self) -> None:

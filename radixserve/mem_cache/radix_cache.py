@@ -94,6 +94,9 @@ class RadixCache(PrefixCache):
         past ``cached_len``; True when there were any (its row must then use the tree's slots)."""
         already = self.insert(key, slots, salt)
         if already > cached_len:
+            if self.on_duplicates is not None:
+                tree_slots = self.match_prefix(key[:already], salt)[0]
+                self.on_duplicates(tree_slots[cached_len:already], slots[cached_len:already])
             self.free_fn(slots[cached_len: already].clone())
         return already > cached_len
 

@@ -79,8 +79,8 @@ class Attention(nn.Module):
             # one native pass: rotary on q (into a contiguous q) and k, K/V into the pool slots
             pool, lid = backend.kv_pool, self.layer_id
             q = self.rotary.rope_store_kv(qkv, batch.positions, pool.k_buffer[lid], pool.v_buffer[lid],
-                                          batch.out_cache_loc, qkv.new_empty(qkv.shape[0], self.num_heads,
-                                                                             self.head_dim))
+                                          batch.layer_slots(pool, lid)[0],
+                                          qkv.new_empty(qkv.shape[0], self.num_heads, self.head_dim))
             out = backend.attend(q, None, None, lid, self.scaling, batch)
             return self.tp.all_reduce(self.o_proj(out.view(-1, self.q_size)))
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)

@@ -46,7 +46,7 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
     rope_store, silu_mul, norm_heads = ops.rope_store_kv.default, ops.silu_mul.default, ops.rms_norm_heads_.default
     pool = backend.kv_pool
     k_bufs, v_bufs = pool.k_buffer, pool.v_buffer
-    positions, loc = batch.positions, batch.out_cache_loc
+    positions = batch.positions
     tokens = x.shape[0]
     first = model.layers[0].self_attn
     q = x.new_empty(tokens, first.num_heads, first.head_dim)  # one rotated-q buffer for every layer
@@ -69,6 +69,7 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
             norm_heads(qkv, q_norm._parameters["weight"], a_mods["k_norm"]._parameters["weight"], attn.num_heads,
                        attn.num_kv_heads, q_norm.eps)
         rotary = a_mods["rotary"]  # (Gemma 3: one per layer type)
+        loc = batch.layer_slots(pool, lid)[0]  # (a sliding layer of a hybrid pool: its own slots)
         rope_store(qkv, positions, rotary.cos, rotary.sin, k_bufs[lid], v_bufs[lid], loc, q)
         x = a_mods["o_proj"](attend(q, lid, attn.scaling).view(tokens, attn.q_size))
         x = x.contiguous()

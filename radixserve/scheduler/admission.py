@@ -47,7 +47,7 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
         extend = req.fill_len - match.length
         n = min(extend, chunk, token_budget)
         future = req.remaining_new_tokens() * ratio + (extend - n)
-        if not fits(n, future, reserve, kv.available(), bool(running) or bool(batch)):
+        if not fits(n, future, reserve, kv.available(), bool(running) or bool(batch)) or not kv.sliding_fits(n):
             kv.unlock(match)
             break
         admitted = kv.admit(req, match, n)

@@ -21,7 +21,8 @@ from radixserve.speculative.strategy import make_speculator
 
 def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokenizer: Any) -> Scheduler:
     """A ``Scheduler`` driving ``worker`` with the pool sizes ``info`` reports."""
-    kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache)
+    swa = (info.swa_slots, info.swa_window) if info.swa_slots else None
+    kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache, swa)
     stops = StopChecker(eos_token_ids(tokenizer, info.hf_dir), tokenizer)
     return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size,
                      make_speculator(cfg.scheduler.speculative_algorithm))

@@ -13,24 +13,31 @@ A request holds a row from ``admit`` until ``release``; slots allocated past ``k
 (``admit``, ``alloc_extend``, ``alloc_decode``) become computed when the caller advances
 ``kv_len`` after the step, or go back with ``free_tail`` when the step does not run (and
 with ``discard_rejected`` when a speculative step computed tokens that were not kept).
+
+With a sliding-window pool (``swa``: the model has sliding-window layers, see
+``mem_cache/swa_slots.py``) every slot also has a sliding slot while its sliding layers' KV is
+kept: allocation takes both, and when the sliding pool is short the sliding KV no running
+request's window reads is freed (``mem_cache/swa_reclaim.py``); a cached prefix is used only
+up to where its last ``window`` tokens keep their sliding KV.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
+import numpy as np
 import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
-from radixserve.ipc.persist_link import PersistNode
 from radixserve.mem_cache.continuation import continuation
-from radixserve.mem_cache.hot_prefixes import insert_restored, select_hot
 from radixserve.mem_cache.invariants import check_memory_invariants
 from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
 from radixserve.mem_cache.prefix_cache import PrefixCache
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
-from radixserve.mem_cache.tree_inspect import tree_snapshot
+from radixserve.mem_cache.swa_reclaim import Window, reclaim_sliding, reclaimable, transfer_sliding
+from radixserve.mem_cache.swa_slots import SwaSlotAllocator, usable_prefix
 from radixserve.mem_cache.tree_node import TreeNode
+from radixserve.scheduler.kv_views import KVViews
 from radixserve.scheduler.req import Req
 
 
@@ -45,11 +52,12 @@ class PrefixMatch(NamedTuple):
         return len(self.slots)
 
 
-class KVManager:
-    def __init__(self, num_slots: int, max_rows: int, max_context_len: int, disable_radix_cache: bool = False) -> None:
+class KVManager(KVViews):
+    def __init__(self, num_slots: int, max_rows: int, max_context_len: int, disable_radix_cache: bool = False,
+                 swa: Optional[tuple[int, int]] = None) -> None:
         """The prefix cache is chosen here, once: a ``RadixCache``, or a ``NoPrefixCache``
-        with ``disable_radix_cache``."""
-        allocator = SlotAllocator(num_slots)
+        with ``disable_radix_cache``.  ``swa``: (sliding slots, window) of a sliding-window pool."""
+        allocator = SlotAllocator(num_slots) if swa is None else SwaSlotAllocator(num_slots, *swa)
         cache = NoPrefixCache(allocator.free) if disable_radix_cache else RadixCache(allocator.free)
         self._attach(allocator, cache, ReqToTokenPool(max_rows, max_context_len))
 
@@ -63,6 +71,11 @@ class KVManager:
     def _attach(self, allocator: SlotAllocator, cache: PrefixCache, rows: ReqToTokenPool) -> None:
         self._allocator, self._cache, self._rows = allocator, cache, rows
         self._live: dict[int, Req] = {}  # row -> the request holding it
+        self._swa = allocator if isinstance(allocator, SwaSlotAllocator) else None
+        self._admitting: Optional[Window] = None  # a locked match not yet admitted (its window counts)
+        if self._swa is not None:
+            swa = self._swa
+            cache.on_duplicates = lambda tree, dup: transfer_sliding(swa, tree, dup)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -72,6 +85,23 @@ class KVManager:
     def available(self) -> int:
         """Slots obtainable now: free ones plus unlocked cached ones."""
         return self._allocator.available_size() + self._cache.evictable_size
+
+    def sliding_fits(self, n: int) -> bool:
+        """Whether ``n`` new tokens get sliding slots now (free, or reclaimed from tokens no
+        window reads); always True without a sliding pool.  Only the next chunk counts: a
+        request's later tokens reuse the sliding slots its window leaves behind."""
+        swa = self._swa
+        return swa is None or n <= swa.sliding_available() or n <= swa.sliding_available() + self._reclaimable()
+
+    def _windows(self) -> list[Window]:
+        """What every running request (and a match being admitted) reads of the sliding pool."""
+        table = self._rows.table
+        out = [Window(table[r], req.cached_len, req.kv_len, req.last_node) for r, req in self._live.items()]
+        return out + ([self._admitting] if self._admitting is not None else [])
+
+    def _reclaimable(self) -> int:
+        """How many sliding slots could be reclaimed now (counted, nothing freed)."""
+        return reclaimable(self._swa, self._cache, self._windows())
 
     def free_slots(self) -> int:
         """Slots free in the allocator (without evicting)."""
@@ -84,19 +114,30 @@ class KVManager:
     def match_len(self, req: Req) -> int:
         """How many leading tokens of ``req`` are cached (refreshes their LRU stamps; may
         split a node).  Locks nothing."""
-        slots, _ = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
-        return len(slots)
+        return self._match(req)[0].numel()
+
+    def _match(self, req: Req) -> tuple[torch.Tensor, TreeNode]:
+        """The cached prefix ``req`` may use (cut where a sliding layer would miss keys)."""
+        key = req.fill_ids[: req.prefix_match_limit()]
+        slots, node = self._cache.match_prefix(key, req.cache_salt)
+        if self._swa is not None and len(slots):
+            m = usable_prefix(self._swa.swa_of, slots, self._swa.window)
+            if m < len(slots):
+                slots, node = self._cache.match_prefix(key[:m], req.cache_salt)
+        return slots, node
 
     # ------------------------------------------------------------------ admission
     def match_and_lock(self, req: Req) -> PrefixMatch:
         """The cached prefix ``req`` may use, locked so that it cannot be evicted: the caller
         either ``admit``s the request with it or ``unlock``s it."""
-        slots, node = self._cache.match_prefix(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
+        slots, node = self._match(req)
         self._cache.inc_lock_ref(node)
+        self._admitting = Window(slots, len(slots), len(slots), node)
         return PrefixMatch(slots, node)
 
     def unlock(self, match: PrefixMatch) -> None:
         self._cache.dec_lock_ref(match.node)
+        self._admitting = None
 
     def record_hit(self, matched: int, total: int, node: Optional[TreeNode] = None) -> None:
         """Count a first admission in the cache's hit rate (and, with the ``node`` where its
@@ -111,6 +152,7 @@ class KVManager:
         slots = self._alloc(n)
         if slots is None:
             return False
+        self._admitting = None
         row = self._rows.alloc()
         assert row is not None, "request rows exhausted (max_running_requests)"
         req.row, req.last_node = row, match.node
@@ -135,10 +177,15 @@ class KVManager:
         return True
 
     def make_room(self, n: int) -> bool:
-        """Evict unlocked cache entries until ``n`` slots are free; True when they are."""
+        """Evict unlocked cache entries until ``n`` slots are free; True when they are (with a
+        sliding pool, also ``n`` sliding slots, reclaimed from tokens no window reads)."""
         short = n - self._allocator.available_size()
         if short > 0:
             self._cache.evict(short)
+        if self._swa is not None and n > self._swa.sliding_available():
+            reclaim_sliding(self._swa, self._cache, self._windows(), n - self._swa.sliding_available())
+            if n > self._swa.sliding_available():
+                return False
         return n <= self._allocator.available_size()
 
     def alloc_decode(self, reqs: Sequence[Req]) -> None:
@@ -172,6 +219,11 @@ class KVManager:
     def _alloc(self, n: int) -> Optional[torch.Tensor]:
         self.make_room(n)
         return self._allocator.alloc(n)
+
+    def sliding_slots(self, slots: np.ndarray) -> Optional[np.ndarray]:
+        """The sliding slot of each of ``slots`` (0: freed) for the worker's sliding-layer
+        table, or None without a sliding pool."""
+        return None if self._swa is None else self._swa.sliding_of(slots)
 
     # ------------------------------------------------------------------ caching
     def cache_unfinished(self, req: Req) -> bool:
@@ -213,46 +265,6 @@ class KVManager:
         requests' slots, ``held()`` by default)."""
         check_memory_invariants(self._allocator, self._cache, self.held() if held is None else held)
 
-    def stats(self) -> dict[str, Any]:
-        s: dict[str, Any] = dict(self._cache.stats())
-        s.update(free_slots=self._allocator.available_size(), num_slots=self.capacity)
-        return s
-
-    def cache_tree(self, max_depth: int, max_nodes: int, with_tokens: bool) -> dict[str, Any]:
-        """The inspector's bounded, read-only snapshot of the tree (``mem_cache/tree_inspect.py``)."""
-        return tree_snapshot(self._cache, max_depth, max_nodes, with_tokens)
-
-    def cache_stats(self) -> dict[str, Any]:
-        """The inspector's counters: hit rate and evictions over time windows, tree and KV sizes."""
-        c, free = self._cache, self._allocator.available_size()
-        s: dict[str, Any] = {"cache": c.kind, **c.counters.snapshot()}
-        s["tree"] = {"tokens": c.total_size(), "nodes": c.num_nodes, "evictable_tokens": c.evictable_size,
-                     "protected_tokens": c.protected_size}
-        s["kv"] = {"num_slots": self.capacity, "free_slots": free, "cached_slots": c.total_size(),
-                   "held_slots": self.capacity - free - c.total_size(),
-                   "used_fraction": (self.capacity - free) / max(1, self.capacity)}
-        return s
-
     def flush(self) -> bool:
         """Drop every cached token; refused (False) while a running request locks any."""
         return self._cache.flush()
-
-    # ------------------------------------------------------------------ warm restart
-    def hot_prefixes(self, max_tokens: int) -> tuple[list[PersistNode], torch.Tensor]:
-        """The hottest cached prefixes (``mem_cache/hot_prefixes.py``) and their slots;
-        read-only.  Nothing without a sharing cache."""
-        if not isinstance(self._cache, RadixCache):
-            return [], torch.empty(0, dtype=torch.int64)
-        return select_hot(self._cache.root, max_tokens)
-
-    def reserve_for_restore(self, n: int) -> torch.Tensor:
-        """Up to ``n`` free slots (no eviction) that must go back through ``adopt``."""
-        n = min(n, self._allocator.available_size()) if isinstance(self._cache, RadixCache) else 0
-        return self._allocator.alloc(n) if n > 0 else torch.empty(0, dtype=torch.int64)
-
-    def adopt(self, nodes: list[PersistNode], slots: torch.Tensor, used: int) -> int:
-        """Insert restored nodes whose KV the worker wrote into ``slots[:used]`` (unlocked,
-        evictable); frees every reserved slot the tree does not keep.  Returns tokens kept."""
-        taken = insert_restored(self._cache, nodes, slots[:used], self._allocator.free) if used else 0
-        self._allocator.free(slots[used:].clone())
-        return taken

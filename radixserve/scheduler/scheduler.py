@@ -164,6 +164,9 @@ class Scheduler:
 
     def _step_req(self, req: Req, n: int, draft: Sequence[int] = (), masks: Any = None) -> StepReq:
         sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids, draft, self.spec.drafts_in_worker)
+        sr.swa_slots = self.kv.sliding_slots(sr.slots)  # None without a sliding-window pool
+        if sr.swa_slots is not None and sr.prefix_slots is not None:
+            sr.prefix_swa = self.kv.sliding_slots(sr.prefix_slots)
         if req.grammar is not None and sr.sample:  # one mask per verified row when speculating
             sr.vocab_mask = masks if masks is not None else self.grammars.mask(req)
         return sr

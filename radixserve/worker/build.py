@@ -67,7 +67,8 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
                       context_len=runner.context_len, vocab_size=runner.vocab_size,
                       dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir,
                       quantization=runner.numerics.quant_label(), hidden_size=int(runner.config.hidden_size),
-                      kv_bytes_per_slot=pool.slot_bytes)
+                      kv_bytes_per_slot=pool.slot_bytes, swa_slots=pool.num_swa_slots,
+                      swa_window=runner.kv_layout.window if pool.hybrid else 0)
     return runner, info
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from radixserve.attention.base import ForwardBatch, ForwardMode
-from radixserve.attention.registry import create_attention_backend
+from radixserve.attention.registry import create_attention_backend, sliding_pool_supported
 from radixserve.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixserve.ipc.worker_link import StepOutput, StepPlan, StepResult, TokenLogprob
 from radixserve.mem_cache.kv_pool import KVPool
@@ -26,6 +27,7 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
+from radixserve.worker.kv_sizing import kv_layout, sliding_plan
 from radixserve.worker.tuning import attention_timing
 from radixserve.worker.tuning.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
@@ -42,29 +44,8 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _free_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 4 << 30
-
-
 def context_length(config: Any, model_cfg: ModelConfig) -> int:
     return int(model_cfg.context_length or getattr(config, "max_position_embeddings", 4096))
-
-
-def kv_pool_slots(config: Any, cache_cfg: CacheConfig, dtype: torch.dtype, device: torch.device,
-                  kv_shape: tuple[int, int, bool]) -> int:
-    """``--max-total-tokens`` if given, else ``mem_fraction_static`` of free memory (plus slot 0);
-    ``kv_shape``: the model's ``kv_cache_shape()`` on this rank (heads, head_dim, shared K/V)."""
-    if cache_cfg.max_total_tokens:
-        return int(cache_cfg.max_total_tokens) + 1
-    heads, head_dim, shared = kv_shape
-    per_slot = KVPool.bytes_per_slot(config.num_hidden_layers, heads, head_dim, dtype, shared)
-    return max(2, int(_free_memory_bytes(device) * cache_cfg.mem_fraction_static) // per_slot)
 
 
 class ModelRunner:
@@ -85,15 +66,25 @@ class ModelRunner:
                                        max_m=self.numerics.max_m, tp=self.tp, layout=layout,
                                        packed=self.numerics.packed)
         kv_shape = self.model.kv_cache_shape()
-        num_slots = self.tp.min_int(kv_pool_slots(self.config, cache_cfg, self.dtype, self.device,
-                                                  kv_shape))  # after the weights
+        layers = self.model.layer_attention()
+        sliding, window = sliding_plan(layers, cache_cfg, self.context_len,
+                                       sliding_pool_supported(cache_cfg.attention_backend))
+        layout_kv = kv_layout(self.config, cache_cfg, sched_cfg, self.dtype, self.device, kv_shape,
+                              self.context_len, sliding, window)  # after the weights
+        num_slots = self.tp.min_int(layout_kv.num_slots)
+        if num_slots != layout_kv.num_slots:  # ranks agree on the smallest (the sliding pool follows)
+            layout_kv = kv_layout(self.config, replace(cache_cfg, max_total_tokens=num_slots - 1), sched_cfg,
+                                  self.dtype, self.device, kv_shape, self.context_len, sliding, window)
+        self.kv_layout = layout_kv
         kv_heads, head_dim, shared = kv_shape
         self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, kv_heads, head_dim, self.dtype,
-                              self.device, shared)
+                              self.device, shared, layout_kv.sliding_layers, layout_kv.num_swa_slots)
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
+        # the sliding layers' request->slot table, filled beside req_to_token (a hybrid pool only)
+        self.swa_table = torch.zeros_like(self.req_to_token.table) if self.kv_pool.hybrid else None
         self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device,
                                                 attention_timing.rule_for(layout.num_heads // kv_heads),
-                                                layers=self.model.layer_attention())
+                                                layers=layers)
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
         self.states: dict[str, ReqSamplingState] = {}
@@ -116,6 +107,8 @@ class ModelRunner:
             n = len(r.input_ids)
             if r.prefix_slots is not None and r.start:
                 table[r.row, : r.start] = torch.from_numpy(r.prefix_slots.astype(np.int32))
+                if self.swa_table is not None:
+                    self.swa_table[r.row, : r.start] = torch.from_numpy(r.prefix_swa.astype(np.int32))
             if r.init is not None:
                 i = r.init
                 self.states[r.rid] = make_state(i.sampling, i.seed, i.eos_ids, self.vocab_size,
@@ -133,7 +126,12 @@ class ModelRunner:
         pos_t = torch.from_numpy(np.concatenate(pos).astype(np.int64))
         locs_t = torch.from_numpy(locs_np)
         # write the new slots into this worker's request->token table in one scatter
-        table.index_put_((rows_t.repeat_interleave(lens_t).to(dev), pos_t.to(dev)), locs_t.to(dev, torch.int32))
+        where = (rows_t.repeat_interleave(lens_t).to(dev), pos_t.to(dev))
+        table.index_put_(where, locs_t.to(dev, torch.int32))
+        swa_locs = None
+        if self.swa_table is not None:
+            swa_locs = torch.from_numpy(np.concatenate([r.swa_slots for r in plan.reqs]).astype(np.int64)).to(dev)
+            self.swa_table.index_put_(where, swa_locs.to(torch.int32))
         start_loc = torch.cumsum(lens_t, 0) - lens_t
         drafted = [r for r in plan.reqs if r.draft_by_worker]
         if drafted:  # fills their proposed tokens in place, before the ids are gathered below
@@ -153,6 +151,8 @@ class ModelRunner:
             seq_lens_cpu=[s + n for s, n in zip(starts, lens)],
             extend_prefix_lens_cpu=starts,
             extend_seq_lens_cpu=lens,
+            swa_out_cache_loc=swa_locs,
+            swa_req_to_token=self.swa_table,
         )
         # rows that go through the LM head: prompt-logprob rows, then each sampled last row
         logit_rows: list[int] = []
