@@ -57,9 +57,9 @@ FUZZ_SEEDS = 40
 FUZZ_STEPS = 400
 
 
-def run_fuzz(seed: int, disable: bool = False, steps: int = FUZZ_STEPS) -> KVSim:
+def run_fuzz(seed: int, disable: bool = False, steps: int = FUZZ_STEPS, sim_cls: type[KVSim] = KVSim) -> KVSim:
     rng = random.Random(seed)
-    sim, c = KVSim(disable), RandChoice(rng)
+    sim, c = sim_cls(disable), RandChoice(rng)
     ops, weights = list(FUZZ_WEIGHTS), list(FUZZ_WEIGHTS.values())
     trace = []
     for _ in range(steps):

@@ -6,7 +6,6 @@ lost their sliding KV, a request's duplicate gives the tree its sliding KV back,
 randomized simulation keeps both pools' invariants and every window's KV."""
 from __future__ import annotations
 
-import random
 from collections import Counter
 
 import pytest
@@ -16,7 +15,7 @@ from radixserve.mem_cache.swa_slots import SwaSlotAllocator, usable_prefix
 from radixserve.sampling_params import SamplingParams
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.req import Req
-from tests.helpers.kv_sim import RandChoice
+from tests.core.test_kv_manager_fuzz import run_fuzz
 from tests.helpers.kv_sim_swa import SwaKVSim
 
 
@@ -112,17 +111,6 @@ def test_tree_sliding_kv_in_a_running_window_is_not_reclaimed():
 def test_swa_simulation_keeps_both_pools_and_every_window():
     events: Counter = Counter()
     for seed in range(12):
-        rng = random.Random(seed)
-        sim, c = SwaKVSim(seed % 4 == 3), RandChoice(rng)
-        ops = list(SwaKVSim.OPS)
-        for step in range(300):
-            op = rng.choice(ops)
-            try:
-                sim.step(op, c)
-                sim.check()
-            except AssertionError as e:
-                raise AssertionError(f"seed {seed}, step {step} ({op}): {e}") from e
-        sim.drain()
-        events += sim.events
+        events += run_fuzz(2000 + seed, seed % 4 == 3, 300, SwaKVSim).events
     for name in ("sliding pool short", "sliding slots reclaimed", "admitted with a cache hit"):
         assert events[name] > 0, f"the simulation never reached {name!r}: {dict(events)}"

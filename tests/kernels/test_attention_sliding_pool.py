@@ -4,19 +4,13 @@ the full layers through the full table, and the outputs equal the reference over
 even where the sliding table holds stale slots outside every window (reclaimed sliding KV) and
 where two requests that share a prefix hold different sliding slots for it.  The native CPU
 kernel (its general and one-call-per-layer paths), torch_native, and Triton under
-TRITON_INTERPRET=1 (set before the kernels are imported, as in test_kernels.py)."""
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"
+TRITON_INTERPRET=1 (tests/helpers/triton_interpreter.py)."""
+import tests.helpers.triton_interpreter  # noqa: F401  (first: Triton under the interpreter)
 
 import importlib.util
-import sys
 
 import pytest
 import torch
-
-for _name in [m for m in sys.modules if m.startswith("radixserve.kernels.") and m != "radixserve.kernels.cpu_native"]:
-    del sys.modules[_name]
 
 from radixserve.attention.base import ForwardBatch, LayerAttention
 from radixserve.attention.cpu_backend import CpuBackend

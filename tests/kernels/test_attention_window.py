@@ -1,24 +1,17 @@
 """Sliding-window and logit-softcapped attention (``LayerAttention``) in every backend against the
 reference (tests/helpers/attention_reference.py, HF's semantics): the native CPU kernel (fp32, and
 bf16 on every path this CPU has), torch_native (with the cascade of its plain layers) and Triton
-(under TRITON_INTERPRET=1, set before the kernels are imported, as in test_kernels.py); windows
+(under TRITON_INTERPRET=1: tests/helpers/triton_interpreter.py); windows
 of 1, inside a shared prefix, and beyond the context; extend and decode; layers that differ; the
 CPU plan's cut of key ranges; and the backends' feature checks and the registry's choice."""
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"
+import tests.helpers.triton_interpreter  # noqa: F401  (first: Triton under the interpreter)
 
 import dataclasses
 import importlib.util
-import sys
 
 import numpy as np
 import pytest
 import torch
-
-# compiled-mode Triton kernels imported by an earlier module would not run on CPU tensors
-for _name in [m for m in sys.modules if m.startswith("radixserve.kernels.") and m != "radixserve.kernels.cpu_native"]:
-    del sys.modules[_name]
 
 from radixserve.attention import cpu_backend
 from radixserve.attention.base import LayerAttention
@@ -166,8 +159,9 @@ def test_cpu_dense_blocks_only_where_the_window_hides_nothing(monkeypatch, dtype
         check(be.attend(q, None, None, layer, 0.125, batch), reference(q, pool, batch, layer, la), dtype)
     blocks = {k: (sum(c for *_, c in plan.dense), sum(not c for *_, c in plan.dense))
               for k, plan in batch.attn_metadata.plans.items()}
-    # (causal blocks, shared-prefix blocks) by (window, soft-capped); a window past every row is none
-    assert blocks == {(None, False): (1, 1), (16, False): (0, 0), (None, True): (0, 0), (40, False): (1, 0)}
+    # (causal blocks, shared-prefix blocks) by (window, soft-capped, sliding pool); a window past every row is none
+    assert blocks == {(None, False, False): (1, 1), (16, False, False): (0, 0), (None, True, False): (0, 0),
+                      (40, False, False): (1, 0)}
 
 
 @needs_kernel
