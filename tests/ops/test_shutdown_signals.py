@@ -49,9 +49,12 @@ def _generate(srv: ServerHandle) -> dict:
         return c.post("/generate", json={"input_ids": PROMPT, "sampling_params": GREEDY}).raise_for_status().json()
 
 
-@pytest.mark.parametrize("times", [1, 2])
-@pytest.mark.parametrize("to_group", [False, True], ids=["main", "group"])
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+# every pair of (signal, to the main process or its group, once or twice): four servers, not eight
+PAIRWISE = [(signal.SIGTERM, True, 1), (signal.SIGTERM, False, 2), (signal.SIGINT, False, 1), (signal.SIGINT, True, 2)]
+
+
+@pytest.mark.parametrize("sig,to_group,times", PAIRWISE,
+                         ids=[f"{s.name[3:]}-{'group' if g else 'main'}-{t}" for s, g, t in PAIRWISE])
 def test_signal_stops_the_server_and_saves_the_cache(tiny_dir, tmp_path, sig, to_group, times):
     folder = str(tmp_path / "kv")
     srv = GroupServer(tiny_dir, folder).wait_ready()
