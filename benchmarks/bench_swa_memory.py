@@ -14,13 +14,13 @@ the wall time, and whether the greedy tokens agree.
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
 import tempfile
 import threading
 import time
 
 import torch
+
+from benchmarks.peers_report import machine
 
 # (layers, kv heads, head_dim, window, sliding:full) of the published Gemma 3 text configs
 SHAPES = {"gemma-3-1b": (26, 1, 256, 512, 5), "gemma-3-4b": (34, 4, 256, 1024, 5),
@@ -94,10 +94,8 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=2048)
     p.add_argument("--dtype", default="bfloat16")
     args = p.parse_args()
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
-    flags = [f for f in ("avx512_bf16", "avx512_vnni", "amx_bf16") if f in cpu]
-    print(f"machine: {model}, {platform.machine()}, flags {' '.join(flags)}; torch {torch.__version__}")
+    m = machine()
+    print(f"machine: {m['cpu']}, {m['cpus']} CPUs, flags {' '.join(m['flags'])}; torch {torch.__version__}")
     print(f"\n## Arithmetic: KV per {args.context}-token request (bf16, prefill chunk {args.chunk})\n")
     print("\n".join(arithmetic(args.context, args.chunk)))
     print(f"\n## Measured: {args.requests} x {args.context} tokens, Gemma-3-4B heads and window, "

@@ -92,12 +92,16 @@ class ForwardBatch:
     swa_out_cache_loc: Optional[torch.Tensor] = None
     swa_req_to_token: Optional[torch.Tensor] = None
 
-    def layer_slots(self, pool: KVPool, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the new tokens' slots, the request->slot table) of layer ``layer_id``'s buffers:
-        the sliding-window pool's for a sliding layer of a hybrid pool, else the full ones."""
-        if pool.is_sliding[layer_id]:
+    def slots(self, sliding: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the new tokens' slots, the request->slot table): the sliding-window pool's when
+        ``sliding``, else the full pool's."""
+        if sliding:
             return self.swa_out_cache_loc, self.swa_req_to_token
         return self.out_cache_loc, self.req_to_token
+
+    def layer_slots(self, pool: KVPool, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``slots`` of layer ``layer_id``'s buffers (a sliding layer of a hybrid pool: its own)."""
+        return self.slots(pool.is_sliding[layer_id])
 
     @property
     def batch_size(self) -> int:

@@ -129,7 +129,7 @@ class CpuBackend(AttentionBackend):
             batch.attn_metadata = self._build_plan(batch, meta, heads_per_kv, None, False)
             return batch.attn_metadata, 0
         window = la.sliding_window if la.sliding_window is not None and la.sliding_window < meta.max_seq else None
-        sliding = self.kv_pool.hybrid and la.sliding_window is not None
+        sliding = self._sliding(la)
         key = (window, la.logit_softcap is not None, sliding)
         if key not in meta.plans:
             inputs = meta.inputs
@@ -150,7 +150,7 @@ class CpuBackend(AttentionBackend):
         plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
                           torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=dense.shared_min_rows,
                           dense_causal_min_rows=dense.causal_min_rows, window=window)
-        table = batch.swa_req_to_token if sliding else batch.req_to_token
+        table = batch.slots(sliding)[1]
         plan.dense_slots = [table[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
         return plan
 
@@ -162,16 +162,18 @@ class CpuBackend(AttentionBackend):
         qc = (q if q.dtype == pool.dtype else q.to(pool.dtype)).contiguous()
         out = torch.empty_like(qc)
         parts = self._dense_parts(qc, layer_id, scaling, batch, plan) if plan.dense else None
-        cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id],
-                                   batch.layer_slots(pool, layer_id)[1], plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0)
+        cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], self._layer_tables(batch, la)[1],
+                                   plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0)
         return out if out.dtype == q.dtype else out.to(q.dtype)
+
+    def _sliding(self, la: LayerAttention) -> bool:
+        """Whether layers like ``la`` keep their K/V in the sliding-window pool (``KVPool.is_sliding``)."""
+        return self.kv_pool.hybrid and la.sliding_window is not None
 
     def _layer_tables(self, batch: ForwardBatch, la: LayerAttention) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loc, req_to_token)`` of the layers like ``la``: where their new K/V are stored and the
-        table the kernel reads their keys through (a sliding layer of a hybrid pool: its own)."""
-        if self.kv_pool.hybrid and la.sliding_window is not None:
-            return batch.swa_out_cache_loc, batch.swa_req_to_token
-        return batch.out_cache_loc, batch.req_to_token
+        table the kernel reads their keys through."""
+        return batch.slots(self._sliding(la))
 
     def _kinds(self) -> tuple[list[LayerAttention], list[int]]:
         """The distinct layer attentions and each layer's index into them (once per

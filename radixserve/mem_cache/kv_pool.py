@@ -38,7 +38,8 @@ class KVPool:
         self.device = torch.device(device)
         self.shared_kv = shared_kv
         self.num_swa_slots = num_swa_slots if sliding_layers else 0
-        self.is_sliding = [bool(self.num_swa_slots) and layer in set(sliding_layers) for layer in range(num_layers)]
+        sliding = set(sliding_layers) if self.num_swa_slots else set()
+        self.is_sliding = [layer in sliding for layer in range(num_layers)]
         shapes = [((num_swa_slots if sliding else num_slots), num_kv_heads, head_dim) for sliding in self.is_sliding]
         self.k_buffer = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
         self.v_buffer = self.k_buffer if shared_kv else [torch.zeros(shape, dtype=dtype, device=device)

@@ -47,11 +47,8 @@ class SwaSlotAllocator(SlotAllocator):
     def alloc(self, n: int) -> torch.Tensor | None:
         if n > self.sliding.available_size() or n > self.available_size():
             return None
-        full = super().alloc(n)
-        if full is None:
-            return None
-        swa = self.sliding.alloc(n)
-        assert swa is not None
+        full, swa = super().alloc(n), self.sliding.alloc(n)
+        assert full is not None and swa is not None  # both checked above
         self.swa_of[full] = swa
         return full
 
