@@ -26,7 +26,7 @@ import random
 from typing import Any, Optional
 
 from benchmarks.peer_procs import LLAMA, VLLM, PeerSpec, find_python, run_peer
-from benchmarks.peer_runners.common import run_job
+from benchmarks.peer_runners.common import batches, run_job
 from benchmarks.peers_report import (machine, print_bandwidth, print_gemm, print_ratios, print_roofline,
                           print_table)
 from benchmarks.report import write_json
@@ -113,18 +113,18 @@ def pool_tokens(job: dict[str, Any], shared: bool) -> int:
     """KV slots for the biggest batch workload (a prefix shared by sorted neighbours counted once
     when ``shared``) + 10% + 1024: nothing is evicted."""
     need = 0
-    for w in ("shared_prefix", "sharegpt"):
-        if job.get(w):
-            prompts = sorted(job[w]["prompts"])
-            total = sum(map(len, prompts)) + sum(job[w]["output_lens"])
-            if shared:
-                total -= sum(next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
-                             for x, y in zip(prompts, prompts[1:]))
-            need = max(need, total)
+    for prompts, output_lens in batches(job):
+        prompts = sorted(prompts)
+        total = sum(map(len, prompts)) + sum(output_lens)
+        if shared:
+            total -= sum(next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
+                         for x, y in zip(prompts, prompts[1:]))
+        need = max(need, total)
     return int(need * 1.1) + 1024
 
 
-def run_radixserve(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
+def run_radixserve(args: argparse.Namespace, job: dict[str, Any], probe: Any = None) -> dict[str, Any]:
+    """The job through an in-process ``Engine``; then ``probe(engine)``, if given, into ``res["probe"]``."""
     from radixserve import Engine
     from benchmarks.radix_peer import RadixPeer
 
@@ -138,6 +138,8 @@ def run_radixserve(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, A
     model = getattr(getattr(engine, "runner", None), "model", None)
     if model is not None:
         res["info"]["decode_weight_bytes"] = decode_weight_bytes(model)
+    if probe is not None:
+        res["probe"] = probe(engine)
     engine.shutdown()
     del engine
     gc.collect()

@@ -145,9 +145,13 @@ def decode_weight_bytes(model: Any) -> int:
             for attr in ("q", "scale", "inv_scale", "bias"):
                 add(getattr(mod, attr, None))
             continue
+        if isinstance(getattr(mod, "packed", None), torch.Tensor):  # PackedLinear: oneDNN's opaque layout
+            total += mod.out_features * mod.in_features * mod.weight_dtype.itemsize
+            add(getattr(mod, "bias", None))
+            continue
         for p in mod.parameters(recurse=False):
             add(p)
-    if head is None:
+    if head is None and getattr(model, "lm_head_packed", None) is None:  # (a packed head was counted above)
         add(model.lm_head_weight())
     return total
 
@@ -175,3 +179,21 @@ def decode_bandwidth(cfg: Any, results: dict[str, Any], gguf: Optional[str]) -> 
         rows.append({"peer": name, "weights": what, "step_bytes": step, "tok_s": single["decode_tok_s"],
                      "gb_s": step * single["decode_tok_s"] / 1e9, "ctx": ctx})
     return rows
+
+
+def memory_rates(mib: int = 1024, reps: int = 10) -> dict[str, float]:
+    """The machine's memory bandwidth in GB/s, best of ``reps``, on ``mib`` MiB buffers (far past
+    any cache): ``copy`` = bytes read + written by ``dst.copy_(src)`` (STREAM's copy count), and
+    ``read`` = bytes read by an fp32 sum (a memory-bound decode step only reads)."""
+    n = mib * 2**20
+    src, dst = torch.ones(n // 4), torch.empty(n // 4)
+    dst.copy_(src), src.sum()  # touch every page first
+    copy = min(_seconds(lambda: dst.copy_(src)) for _ in range(reps))
+    read = min(_seconds(lambda: src.sum()) for _ in range(reps))
+    return {"copy_gb_s": 2 * n / copy / 1e9, "read_gb_s": n / read / 1e9, "buffer_mib": mib}
+
+
+def _seconds(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0

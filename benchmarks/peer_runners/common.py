@@ -4,9 +4,9 @@ Standard library only: the peer-runner scripts next to this file run under the p
 Python (llama.cpp's and vLLM's virtual environments), where radixserve is not installed.
 
 A *job* is a JSON object: ``single`` (``prompts``: 1 warm-up + r + r distinct prompts,
-``output_len``), ``shared_prefix`` and ``sharegpt`` (``prompts`` as token ids and
-``output_lens``, each optional), ``warmup`` (prompts for a short untimed batch) and
-``options`` (peer-specific).  A peer is any object with:
+``output_len``), batch workloads (``prompts`` as token ids and ``output_lens``) under the
+names listed in ``batch_order`` (default ``shared_prefix``, ``sharegpt``; each optional),
+``warmup`` (prompts for a short untimed batch) and ``options`` (peer-specific).  A peer is any object with:
 
 * ``generate_one(prompt, n) -> list[int]``: n greedy tokens, EOS ignored;
 * ``run_batch(prompts, output_lens) -> dict``: ``outputs`` (token ids per request),
@@ -73,9 +73,17 @@ def batch_workload(peer: Any, prompts: list[list[int]], output_lens: list[int]) 
     return res
 
 
+DEFAULT_BATCHES = ("shared_prefix", "sharegpt")
+
+
+def batch_names(job: dict[str, Any]) -> list[str]:
+    """Names of the job's batch workloads, in the order they run."""
+    return [w for w in job.get("batch_order", DEFAULT_BATCHES) if job.get(w)]
+
+
 def batches(job: dict[str, Any]) -> list[tuple[list[list[int]], list[int]]]:
     """(prompts, output_lens) of the job's batch workloads."""
-    return [(job[w]["prompts"], job[w]["output_lens"]) for w in ("shared_prefix", "sharegpt") if job.get(w)]
+    return [(job[w]["prompts"], job[w]["output_lens"]) for w in batch_names(job)]
 
 
 def longest_request(job: dict[str, Any]) -> int:
@@ -84,7 +92,7 @@ def longest_request(job: dict[str, Any]) -> int:
 
 
 def run_job(peer: Any, job: dict[str, Any], log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Warm up, then every workload the job names, in order: single, shared_prefix, sharegpt."""
+    """Warm up, then every workload the job names, in order: single, then ``batch_names(job)``."""
     results: dict[str, Any] = {}
     if job.get("warmup"):
         peer.run_batch(job["warmup"], [8] * len(job["warmup"]))
@@ -94,7 +102,7 @@ def run_job(peer: Any, job: dict[str, Any], log: Callable[[str], None] = print) 
         results["single"] = single_stream(peer, job["single"]["prompts"], job["single"]["output_len"])
         results["single"]["loadavg_1m"] = [load, os.getloadavg()[0]]
         log(f"  decode {results['single']['decode_tok_s']:.1f} tok/s")
-    for name in ("shared_prefix", "sharegpt"):
+    for name in batch_names(job):
         if job.get(name):
             load = os.getloadavg()[0]
             log(f"{name}: {len(job[name]['prompts'])} requests ... (load average {load:.2f})")
