@@ -58,7 +58,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quant", default="Q4_1", help="the GGUF files' matrix type (gguf.quants)")
     p.add_argument("--dtype", default="auto", help="radixserve's dtype")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--radix-single", action="append", default=["quantization=int4"], metavar="K=V[,K=V]",
+    p.add_argument("--radix-single", action="append", default=[], metavar="K=V[,K=V]",
                    help="extra radixserve configurations run on the single stream only, as the weight precision "
                         "class of llama.cpp's file (default: quantization=int4; 'none' for none)")
     p.add_argument("--skip", default="", help="comma list of peers to skip: hf,llama,vllm")
@@ -85,6 +85,7 @@ def parse_args() -> argparse.Namespace:
         for k, v in QUICK.items():
             if getattr(args, k) == p.get_default(k):
                 setattr(args, k, v)
+    args.radix_single = [] if "none" in args.radix_single else args.radix_single or ["quantization=int4"]
     args.docs_plan = dict(DOCS)
     for spec in args.docs:
         ctx, _, dqo = spec.partition("=")
@@ -151,7 +152,7 @@ def run_shape(args: argparse.Namespace, name: str) -> dict[str, Any]:
     ours = run_radixserve(peer_args, job, probe=None if args.no_attention_share else
                           (lambda eng: [attention_probe(eng, c, cfg.vocab_size) for c in args.contexts]))
     out["results"]["radixserve"] = ours
-    for variant in [v for v in args.radix_single if v != "none"] if "single" in job else []:
+    for variant in args.radix_single if "single" in job else []:
         extra = [kv for kv in variant.split(",") if kv]
         label = "radixserve " + " ".join(kv.split("=")[1] for kv in extra)
         print(f"== {label} (in process, single stream only)", flush=True)
