@@ -30,7 +30,7 @@ from benchmarks.peer_runners.common import batches, run_job
 from benchmarks.peers_report import (machine, print_bandwidth, print_gemm, print_ratios, print_roofline,
                           print_table)
 from benchmarks.report import write_json
-from benchmarks.roofline import decode_bandwidth, decode_weight_bytes, gemm_rates, shared_prefix_roofline
+from benchmarks.roofline import batch_roofline, decode_bandwidth, decode_weight_bytes, gemm_rates
 from benchmarks.workloads import add_shared_prefix_args, random_prompts, sample_sharegpt, shared_prefix_prompts
 
 WORKLOADS = ("single", "shared", "sharegpt")
@@ -234,7 +234,7 @@ def main() -> None:
     if "shared_prefix" in ours:
         if ours["info"]["dtype"] not in gemm:
             gemm.update(gemm_rates(cfg, (ours["info"]["dtype"],), m=args.gemm_m))
-        report["roofline"] = shared_prefix_roofline(cfg, job["shared_prefix"], ours, gemm, args.gemm_m)
+        report["roofline"] = batch_roofline(cfg, job["shared_prefix"], ours, gemm, args.gemm_m)
         print_roofline(report["roofline"])
     report["bandwidth"] = decode_bandwidth(cfg, results, gguf)
     print_bandwidth(report["bandwidth"])

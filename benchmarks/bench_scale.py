@@ -36,12 +36,13 @@ from benchmarks.bench_peers import pool_tokens, run_hf, run_radixserve, same_ids
 from benchmarks.peer_procs import LLAMA, find_python, run_peer
 from benchmarks.peers_report import machine
 from benchmarks.report import write_json
-from benchmarks.roofline import (decode_bandwidth, gemm_rates, memory_rates, run_flops)
+from benchmarks.roofline import batch_roofline, decode_bandwidth, gemm_rates, memory_rates
 from benchmarks.scale_models import SHAPES, checkpoint, param_count
 from benchmarks.workloads import random_prompts, sample_sharegpt, shared_prefix_prompts
 
 # context -> (documents, questions per document, output tokens)
 DOCS = {512: (16, 8, 64), 2048: (8, 8, 64), 4096: (4, 8, 64), 8192: (2, 8, 32), 16384: (2, 4, 32)}
+GEMM_M = 1024  # rows of the peak-GEMM matmuls
 QUICK = dict(shapes="0.3b", contexts="512,4096", skip="hf,llama,vllm", sharegpt_n=16, single_repeats=1)
 
 
@@ -145,7 +146,7 @@ def run_shape(args: argparse.Namespace, name: str) -> dict[str, Any]:
         pool = max(pool_tokens(job, True), max(args.contexts) + 4 * (64 + 16) + 1024)  # room for the probe
         peer_args.engine_arg = [*args.engine_arg, f"max_total_tokens={pool}"]
     out: dict[str, Any] = {"shape": name, "like": SHAPES[name].like, "params": param_count(cfg), "gguf": gguf,
-                           "gemm": gemm_rates(cfg), "memory": memory_rates(), "results": {}, "skipped": {}}
+                           "gemm": gemm_rates(cfg, m=GEMM_M), "memory": memory_rates(), "results": {}, "skipped": {}}
     print(f"\n=== {name} ({SHAPES[name].like}, {out['params'] / 1e9:.2f}B params); GEMM peak bf16 "
           f"{out['gemm']['bfloat16']['peak']:.0f}, fp32 {out['gemm']['float32']['peak']:.0f} GFLOP/s", flush=True)
     print("== radixserve (in process)", flush=True)
@@ -180,7 +181,7 @@ def run_shape(args: argparse.Namespace, name: str) -> dict[str, Any]:
         gc.collect()
     out["agreement"] = {n: {w: same_ids(ours[w], r[w]) for w in job["batch_order"] if w in r}
                         for n, r in out["results"].items() if n != "radixserve"}
-    out["roofline"] = {w: docs_roofline(cfg, job[w], ours[w], out["gemm"], ours["info"]["dtype"])
+    out["roofline"] = {w: batch_roofline(cfg, job[w], ours, out["gemm"], GEMM_M, name=w)
                        for w in job["batch_order"] if w.startswith("docs_") and w in ours}
     out["bandwidth"] = decode_bandwidth(cfg, out["results"], gguf)
     out["requests"] = {w: {"requests": len(job[w]["prompts"]), "prompt_tokens": sum(map(len, job[w]["prompts"])),
@@ -200,16 +201,6 @@ def attention_probe(engine: Any, context: int, vocab: int) -> dict[str, Any]:
     print(f"  attention share at {context}: prefill {res['prefill']['share']:.1%}, "
           f"decode {res['decode']['share']:.1%}", flush=True)
     return res
-
-
-def docs_roofline(cfg: Any, work: dict[str, Any], res: dict[str, Any], gemm: dict[str, Any], dtype: str) -> dict:
-    """GFLOP/s of a docs run (roofline.run_flops) against the GEMM peak of radixserve's dtype."""
-    reqs = list(zip(map(len, work["prompts"]), res["cached_per_request"], work["output_lens"]))
-    flops = run_flops(cfg, reqs)
-    achieved = flops["total_flop"] / res["time_s"] / 1e9
-    peak = gemm.get(dtype, gemm["bfloat16"])["peak"]
-    return {"flops": flops, "achieved_gflops": achieved, "peak_gflops": peak, "pct_of_peak": achieved / peak,
-            "attention_flop_share": flops["attention_flop"] / flops["total_flop"]}
 
 
 def main() -> None:

@@ -108,10 +108,11 @@ def gguf_weight_bytes(path: str) -> int:
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def shared_prefix_roofline(cfg: Any, workload: dict[str, Any], ours: dict[str, Any], gemm: dict[str, Any],
-                           gemm_m: int) -> dict[str, Any]:
-    """Achieved GFLOP/s of radixserve's shared-prefix run against the peak GEMM rate of its dtype."""
-    sp, dtype = ours["shared_prefix"], ours["info"]["dtype"]
+def batch_roofline(cfg: Any, workload: dict[str, Any], ours: dict[str, Any], gemm: dict[str, Any], gemm_m: int,
+                   name: str = "shared_prefix") -> dict[str, Any]:
+    """Achieved GFLOP/s of radixserve's run of the batch workload ``name`` against the peak GEMM
+    rate of its dtype."""
+    sp, dtype = ours[name], ours["info"]["dtype"]
     reqs = list(zip(map(len, workload["prompts"]), sp["cached_per_request"], workload["output_lens"]))
     flops = run_flops(cfg, reqs)
     achieved = flops["total_flop"] / sp["time_s"] / 1e9
@@ -119,7 +120,8 @@ def shared_prefix_roofline(cfg: Any, workload: dict[str, Any], ours: dict[str, A
             "prompt_tokens": sp["prompt_tokens"], "cached_tokens": sp["cached_tokens"],
             "layers": cfg.num_hidden_layers, "layer_params": layer_params(cfg),
             "lm_head_params": cfg.hidden_size * cfg.vocab_size, "time_s": sp["time_s"], "achieved_gflops": achieved,
-            "peak_gflops": gemm[dtype]["peak"], "pct_of_peak": achieved / gemm[dtype]["peak"]}
+            "peak_gflops": gemm[dtype]["peak"], "pct_of_peak": achieved / gemm[dtype]["peak"],
+            "attention_flop_share": flops["attention_flop"] / flops["total_flop"]}
 
 
 def decode_weight_bytes(model: Any) -> int:
@@ -185,15 +187,11 @@ def memory_rates(mib: int = 1024, reps: int = 10) -> dict[str, float]:
     """The machine's memory bandwidth in GB/s, best of ``reps``, on ``mib`` MiB buffers (far past
     any cache): ``copy`` = bytes read + written by ``dst.copy_(src)`` (STREAM's copy count), and
     ``read`` = bytes read by an fp32 sum (a memory-bound decode step only reads)."""
+    from benchmarks.peer_runners.common import timed
+
     n = mib * 2**20
     src, dst = torch.ones(n // 4), torch.empty(n // 4)
     dst.copy_(src), src.sum()  # touch every page first
-    copy = min(_seconds(lambda: dst.copy_(src)) for _ in range(reps))
-    read = min(_seconds(lambda: src.sum()) for _ in range(reps))
+    copy = min(timed(lambda: dst.copy_(src))[0] for _ in range(reps))
+    read = min(timed(src.sum)[0] for _ in range(reps))
     return {"copy_gb_s": 2 * n / copy / 1e9, "read_gb_s": n / read / 1e9, "buffer_mib": mib}
-
-
-def _seconds(fn: Any) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0

@@ -103,12 +103,11 @@ def run_job(peer: Any, job: dict[str, Any], log: Callable[[str], None] = print) 
         results["single"]["loadavg_1m"] = [load, os.getloadavg()[0]]
         log(f"  decode {results['single']['decode_tok_s']:.1f} tok/s")
     for name in batch_names(job):
-        if job.get(name):
-            load = os.getloadavg()[0]
-            log(f"{name}: {len(job[name]['prompts'])} requests ... (load average {load:.2f})")
-            results[name] = batch_workload(peer, job[name]["prompts"], job[name]["output_lens"])
-            results[name]["loadavg_1m"] = [load, os.getloadavg()[0]]
-            log(f"  {results[name]['total_tok_s']:.1f} tok/s in {results[name]['time_s']:.2f} s")
+        load = os.getloadavg()[0]
+        log(f"{name}: {len(job[name]['prompts'])} requests ... (load average {load:.2f})")
+        results[name] = batch_workload(peer, job[name]["prompts"], job[name]["output_lens"])
+        results[name]["loadavg_1m"] = [load, os.getloadavg()[0]]
+        log(f"  {results[name]['total_tok_s']:.1f} tok/s in {results[name]['time_s']:.2f} s")
     return results
 
 
