@@ -9,6 +9,8 @@ DenseKernel = Literal["auto", "plain", "packed"]
 SpeculativeAlgorithm = Literal["none", "ngram", "draft"]
 Pooling = Literal["last", "mean"]
 GrammarBackendName = Literal["outlines", "llguidance"]
+HiCacheWritePolicy = Literal["write_through", "write_back"]
+HiCacheStorage = Literal["none", "file"]
 DEFAULT_GRAMMAR_BACKEND: GrammarBackendName = "llguidance"
 
 
@@ -70,6 +72,13 @@ class CacheConfig:
     prefixes, at most ``cache_persist_max_bytes`` of KV, are written to a file in that directory
     at shutdown and every ``cache_persist_interval`` seconds (0: only at shutdown), and loaded
     back into the pool and the tree at startup, before the server reports ready.
+
+    Hierarchical cache (``docs/HIERARCHICAL_CACHE.md``, SGLang's flag names): with
+    ``enable_hierarchical_cache`` a prefix evicted from the pool moves to a host-memory tier of
+    ``hicache_size`` GB (0: ``hicache_ratio`` times the pool's bytes), and, with
+    ``hicache_storage_backend="file"``, from there to block files under ``hicache_storage_dir``
+    (at most ``hicache_storage_size`` GB).  ``write_through`` copies a prefix to the host tier
+    when it is cached, ``write_back`` only when the pool evicts it.
     """
 
     max_total_tokens: Optional[int] = None
@@ -86,6 +95,19 @@ class CacheConfig:
     # warm restart (cache_persist_dir), which persists full layers only.
     swa_full_tokens_ratio: float = 0.5
     disable_hybrid_swa_memory: bool = False
+    enable_hierarchical_cache: bool = field(default=False, metadata={"help": (
+        "keep prefixes evicted from the KV pool in a host-memory tier (and a disk tier with "
+        "--hicache-storage-backend file) and load them back on a hit instead of recomputing")})
+    hicache_ratio: float = field(default=2.0, metadata={"help": (
+        "host tier size as a multiple of the KV pool's bytes, when --hicache-size is 0 (default: 2.0)")})
+    hicache_size: float = field(default=0.0, metadata={"help": "host tier size in GB (default: 0, use --hicache-ratio)"})
+    hicache_write_policy: HiCacheWritePolicy = field(default="write_through", metadata={"help": (
+        "write_through: copy a prefix to the host tier when it is cached; write_back: when the pool "
+        "evicts it (default: write_through)")})
+    hicache_storage_backend: HiCacheStorage = field(default="none", metadata={"help": (
+        "a tier below the host tier: file (block files in --hicache-storage-dir) or none (default: none)")})
+    hicache_storage_dir: Optional[str] = None
+    hicache_storage_size: float = field(default=8.0, metadata={"help": "disk tier budget in GB (default: 8)"})
 
     @property
     def persists(self) -> bool:
@@ -99,6 +121,32 @@ class CacheConfig:
             raise ValueError("cache_persist_max_bytes: must be >= 0")
         if not 0.0 < self.swa_full_tokens_ratio <= 1.0:
             raise ValueError("swa_full_tokens_ratio: must be in (0, 1]")
+        if self.hicache_ratio <= 0 or self.hicache_size < 0 or self.hicache_storage_size <= 0:
+            raise ValueError("hicache_ratio, hicache_size, hicache_storage_size: must be > 0 (size >= 0)")
+        for name, value, options in (("hicache_write_policy", self.hicache_write_policy, HiCacheWritePolicy),
+                                     ("hicache_storage_backend", self.hicache_storage_backend, HiCacheStorage)):
+            if value not in get_args(options):
+                raise ValueError(f"{name}: must be one of {', '.join(get_args(options))}")
+        if self.enable_hierarchical_cache and self.disable_radix_cache:
+            raise ValueError("enable_hierarchical_cache: needs the radix cache (drop disable_radix_cache)")
+
+    @property
+    def tiered(self) -> bool:
+        """The hierarchical cache is on."""
+        return self.enable_hierarchical_cache and not self.disable_radix_cache
+
+    def host_tier_slots(self, pool_slots: int, bytes_per_slot: int) -> int:
+        """Token slots of the host tier (0 when off); the scheduler and the worker both size it here."""
+        if not self.tiered:
+            return 0
+        if self.hicache_size > 0:
+            return max(2, int(self.hicache_size * 1e9) // max(1, bytes_per_slot))
+        return max(2, int(pool_slots * self.hicache_ratio))
+
+    @property
+    def disk_tier_bytes(self) -> int:
+        """Byte budget of the disk tier (0 when off)."""
+        return int(self.hicache_storage_size * 1e9) if self.tiered and self.hicache_storage_backend == "file" else 0
 
 
 @dataclass(frozen=True)

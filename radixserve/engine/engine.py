@@ -42,7 +42,7 @@ from radixserve.scheduler.cache_persist import CachePersister
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler
 from radixserve.tokenizer import load_hf_tokenizer
-from radixserve.worker.build import build_prefix_store, build_worker
+from radixserve.worker.build import build_prefix_store, build_tier_store, build_worker
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,9 @@ class Engine:
             self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
             self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
             # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
-            self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer)
+            self._tiers = build_tier_store(self.config, self.runner, self.info) if self.config.parallel.tp_size == 1 \
+                else None  # the hierarchical cache's host and disk tiers (enable_hierarchical_cache)
+            self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer, self._tiers)
             self._persister: Optional[CachePersister] = None  # warm restart (cache_persist_dir)
             store = build_prefix_store(self.config, self.runner, self.info)
             if store is not None:
@@ -80,8 +82,10 @@ class Engine:
             self._driver = EngineDriver(self.scheduler, self.tokenizer)
         except BaseException:
             _close_runner(self.runner)
+            if getattr(self, "_tiers", None) is not None:
+                self._tiers.close()
             raise
-        self._finalizer = weakref.finalize(self, _stop, self._driver, self.runner)
+        self._finalizer = weakref.finalize(self, _stop, self._driver, self.runner, self._tiers)
 
     # ------------------------------------------------------------------ requests
     def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
@@ -238,9 +242,11 @@ def _close_runner(runner: Any) -> None:
         close()
 
 
-def _stop(driver: EngineDriver, runner: Any) -> None:
+def _stop(driver: EngineDriver, runner: Any, tiers: Any = None) -> None:
     driver.close()
     _close_runner(runner)
+    if tiers is not None:
+        tiers.close()
 
 
 def _chunk(state: OutputState) -> dict:

@@ -106,3 +106,4 @@ class WorkerInfo:
     kv_bytes_per_slot: int = 0  # K and V of one token over all layers (warm restart's byte budget)
     swa_slots: int = 0  # slots of the sliding-window pool (0: none; mem_cache/swa_slots.py)
     swa_window: int = 0  # the longest sliding window it serves
+    host_tier_slots: int = 0  # token slots of the hierarchical cache's host tier (0: off)

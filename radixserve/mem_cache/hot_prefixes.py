@@ -38,7 +38,8 @@ def select_hot(root: TreeNode, max_tokens: int) -> tuple[list[PersistNode], torc
         heapq.heappush(heap, (-hits, -last, next(order), node, parent))
 
     for child in root.children.values():
-        push(child, -1)
+        if child.value is not None:  # the pool's nodes only (a hierarchical cache's lower tiers stay there)
+            push(child, -1)
     nodes: list[PersistNode] = []
     slots: list[torch.Tensor] = []
     room = max_tokens
@@ -50,7 +51,8 @@ def select_hot(root: TreeNode, max_tokens: int) -> tuple[list[PersistNode], torc
         room -= take
         if take == len(node.key):
             for child in node.children.values():
-                push(child, len(nodes) - 1)
+                if child.value is not None:
+                    push(child, len(nodes) - 1)
     return nodes, (torch.cat(slots) if slots else torch.empty(0, dtype=torch.int64))
 
 

@@ -6,6 +6,7 @@ from typing import Iterable
 import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
+from radixserve.mem_cache.hiradix_cache import HiRadixCache
 from radixserve.mem_cache.prefix_cache import PrefixCache
 from radixserve.mem_cache.swa_slots import SwaSlotAllocator
 
@@ -27,8 +28,12 @@ def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
     evictable = protected = 0
     lock_count: dict[int, int] = {}
     for node in cache.all_nodes():
-        assert len(node.key) == len(node.value) > 0, "empty or ragged radix node"
         assert node.parent.children.get(node.index_key) is node, "child indexed under the wrong token"
+        if node.value is None:  # only in a lower tier of the hierarchical cache (checked below)
+            assert node.lock_ref == 0 and node.key, "a locked or empty node outside the pool"
+            continue
+        assert len(node.key) == len(node.value) > 0, "empty or ragged radix node"
+        assert node.parent is cache.root or node.parent.value is not None, "a pool node under a node outside it"
         claim(node.value, f"node {id(node)}")
         if node.lock_ref > 0:
             protected += len(node.key)
@@ -49,6 +54,32 @@ def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
     assert missing == 0, f"{missing} slots leaked (in no state)"
     if isinstance(allocator, SwaSlotAllocator):
         _check_sliding(allocator, {s for s, who in owners.items() if who == "free"})
+    if isinstance(cache, HiRadixCache):
+        _check_tiers(cache)
+
+
+def _check_tiers(cache: HiRadixCache) -> None:
+    """Every host slot is free or held by exactly one node; every node is in some tier; the
+    block table matches the nodes' block references and the disk accounting."""
+    t = cache.tiers
+    owners: dict[int, int] = {s: 0 for s in t.host.free_slots().tolist()}
+    assert len(owners) == t.host.available_size(), "a host slot free twice"
+    refs: dict[str, set[int]] = {}
+    host_tokens = 0
+    for node in cache.all_nodes():
+        assert node.value is not None or node.host is not None or node.disk is not None, "a node in no tier"
+        if node.host is not None:
+            assert len(node.host) == len(node.key), "ragged host slots"
+            host_tokens += len(node.key)
+            for s in node.host.tolist():
+                assert 0 < s < t.host.num_slots and s not in owners, f"host slot {s} owned twice or out of range"
+                owners[s] = id(node)
+        if node.disk is not None:
+            refs.setdefault(node.disk[0], set()).add(id(node))
+    assert len(owners) == t.host.num_slots - 1, f"{t.host.num_slots - 1 - len(owners)} host slots leaked"
+    assert host_tokens == t.host_tokens, "host tier accounting"
+    assert refs == {b: set(map(id, nodes)) for b, nodes in t.block_nodes.items()}, "block table and nodes differ"
+    assert t.disk_used == sum(t.blocks.values()) and t.disk_used <= t.disk_budget, "disk accounting"
 
 
 def _check_sliding(allocator: SwaSlotAllocator, free_full: set[int]) -> None:

@@ -96,6 +96,11 @@ class PrefixCache(ABC):
     @abstractmethod
     def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]: ...
 
+    def fetch(self, key: list[int], salt: Optional[str] = None) -> int:
+        """Bring the part of ``key``'s match that a lower tier holds into the pool (only the
+        hierarchical cache has one); returns the tokens loaded."""
+        return 0
+
     @abstractmethod
     def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
         """Store ``value[i]`` as the slot of ``key[i]``; returns how many leading tokens were

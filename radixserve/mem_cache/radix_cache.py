@@ -55,7 +55,7 @@ class RadixCache(PrefixCache):
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut ``child``'s edge after ``n`` tokens; returns the new upper node."""
-        upper = TreeNode(child.key[:n], child.value[:n], child.parent, child.salt)
+        upper = TreeNode(child.key[:n], None if child.value is None else child.value[:n], child.parent, child.salt)
         upper.lock_ref = child.lock_ref
         upper.last_access, upper.access_time = child.last_access, child.access_time
         upper.hit_count = child.hit_count  # every hit through the lower part ran through the upper
@@ -64,8 +64,14 @@ class RadixCache(PrefixCache):
         child.parent.children[child.index_key] = upper
         child.parent = upper
         child.key = child.key[n:]
-        child.value = child.value[n:]
+        if child.value is not None:
+            child.value = child.value[n:]
+        self._split_tiers(upper, child, n)
         return upper
+
+    def _split_tiers(self, upper: TreeNode, lower: TreeNode, n: int) -> None:
+        """Hook: split what a subclass keeps per node besides the pool slots (``lower`` already
+        lost its first ``n`` tokens to ``upper``)."""
 
     # ---------------------------------------------------------------- insert
     def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:

@@ -33,6 +33,12 @@ def namespace_id(salt: Optional[str]) -> Optional[str]:
     return None if salt is None else hashlib.sha256(salt.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
+def node_tiers(node: TreeNode) -> list[str]:
+    """Where the node's KV is: "pool", "host", "disk" (the last two with the hierarchical cache)."""
+    return [name for name, held in (("pool", node.value is not None), ("host", node.host is not None),
+                                    ("disk", node.disk is not None)) if held]
+
+
 def _subtree_sizes(root: TreeNode, budget: int) -> tuple[dict[int, int], dict[int, int], bool]:
     """Subtree tokens and subtree nodes by ``id(node)`` for up to ``budget`` nodes taken
     breadth first (the root's own entry counts every node but itself); True when that was
@@ -74,7 +80,7 @@ def tree_snapshot(cache: PrefixCache, max_depth: int = 8, max_nodes: int = 200, 
     root_out: dict[str, Any] = {
         "id": 0, "depth": 0, "tokens": 0, "prefix_tokens": 0, "subtree_tokens": tokens[id(cache.root)],
         "subtree_nodes": nodes[id(cache.root)], "hit_count": cache.counters.totals["requests"],
-        "last_access_s": None, "lock_count": None, "namespace": None, "children": []}
+        "last_access_s": None, "lock_count": None, "namespace": None, "tiers": [], "children": []}
     shown: list[tuple[TreeNode, dict[str, Any]]] = [(cache.root, root_out)]
     heap: list[tuple[int, int, TreeNode, dict[str, Any]]] = []
     looked = 0  # children ranked so far: bounded by the scan budget (then 16 per shown node)
@@ -119,7 +125,7 @@ def _node_out(node: TreeNode, nid: int, parent_out: dict[str, Any], size: tuple[
         "prefix_tokens": parent_out["prefix_tokens"] + parent_out["tokens"],
         "subtree_tokens": size[0], "subtree_nodes": size[1], "hit_count": node.hit_count,
         "last_access_s": round(max(0.0, now - node.access_time), 3), "lock_count": node.lock_ref,
-        "namespace": namespace_id(node.salt), "children": []}
+        "namespace": namespace_id(node.salt), "tiers": node_tiers(node), "children": []}
     if with_tokens and node.salt is None:
         out["token_ids"] = list(node.key[:PREVIEW_TOKENS])
         out["token_ids_truncated"] = len(node.key) > PREVIEW_TOKENS

@@ -24,15 +24,19 @@ def child_key(salt: Optional[str], token: int) -> Hashable:
 class TreeNode:
     """``hit_count``: admissions whose cached prefix ran through this node (the inspector's
     per-node hits); ``access_time``: ``time.monotonic()`` of the last match or insert through it
-    (``last_access`` is the logical LRU stamp eviction orders by)."""
+    (``last_access`` is the logical LRU stamp eviction orders by).
+
+    Tiers (``hiradix_cache.py``; a plain ``RadixCache`` uses ``value`` only): ``value`` is None
+    when the node's KV is not in the pool, ``host`` its host-tier slots, ``disk`` its (block,
+    first row) in the disk tier; a node of the hierarchical cache is in at least one of them."""
 
     __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access", "salt", "hit_count",
-                 "access_time")
+                 "access_time", "host", "disk")
 
-    def __init__(self, key: list[int], value: torch.Tensor, parent: Optional["TreeNode"],
+    def __init__(self, key: list[int], value: Optional[torch.Tensor], parent: Optional["TreeNode"],
                  salt: Optional[str] = None) -> None:
         self.key = key  # token ids on the edge from parent to this node
-        self.value = value  # int64 KV slots, one per key token
+        self.value = value  # int64 KV slots, one per key token (None: not in the pool)
         self.children: dict[Hashable, TreeNode] = {}
         self.parent = parent
         self.lock_ref = 0
@@ -40,6 +44,8 @@ class TreeNode:
         self.salt = salt  # the cache namespace (None: the shared one)
         self.hit_count = 0
         self.access_time = time.monotonic()
+        self.host: Optional[torch.Tensor] = None
+        self.disk: Optional[tuple[str, int]] = None
 
     @property
     def index_key(self) -> Hashable:

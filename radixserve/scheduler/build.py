@@ -6,12 +6,13 @@ the local ``ModelRunner``).  ``new_req`` turns a validated ``TokenizedRequest`` 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from radixserve.config import EngineConfig
 from radixserve.tokenizer import eos_token_ids
 from radixserve.ipc.server_link import TokenizedRequest
 from radixserve.ipc.worker_link import WorkerInfo
+from radixserve.mem_cache.hiradix_cache import TierLink, TierSpec
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler, Worker
@@ -19,10 +20,16 @@ from radixserve.scheduler.stop import StopChecker
 from radixserve.speculative.strategy import make_speculator
 
 
-def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokenizer: Any) -> Scheduler:
-    """A ``Scheduler`` driving ``worker`` with the pool sizes ``info`` reports."""
+def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokenizer: Any,
+                    tier_link: Optional[TierLink] = None) -> Scheduler:
+    """A ``Scheduler`` driving ``worker`` with the pool sizes ``info`` reports; ``tier_link``:
+    the worker's host and disk tiers when the hierarchical cache is on."""
     swa = (info.swa_slots, info.swa_window) if info.swa_slots else None
-    kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache, swa)
+    tiers = None
+    if info.host_tier_slots and tier_link is not None:
+        tiers = TierSpec(tier_link, info.host_tier_slots, cfg.cache.disk_tier_bytes, info.kv_bytes_per_slot,
+                         cfg.cache.hicache_write_policy == "write_through")
+    kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache, swa, tiers)
     stops = StopChecker(eos_token_ids(tokenizer, info.hf_dir), tokenizer)
     return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size,
                      make_speculator(cfg.scheduler.speculative_algorithm))

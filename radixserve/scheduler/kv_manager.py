@@ -29,6 +29,7 @@ import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
 from radixserve.mem_cache.continuation import continuation
+from radixserve.mem_cache.hiradix_cache import HiRadixCache, TierSpec
 from radixserve.mem_cache.invariants import check_memory_invariants
 from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
 from radixserve.mem_cache.prefix_cache import PrefixCache
@@ -54,11 +55,18 @@ class PrefixMatch(NamedTuple):
 
 class KVManager(KVViews):
     def __init__(self, num_slots: int, max_rows: int, max_context_len: int, disable_radix_cache: bool = False,
-                 swa: Optional[tuple[int, int]] = None) -> None:
-        """The prefix cache is chosen here, once: a ``RadixCache``, or a ``NoPrefixCache``
-        with ``disable_radix_cache``.  ``swa``: (sliding slots, window) of a sliding-window pool."""
+                 swa: Optional[tuple[int, int]] = None, tiers: Optional[TierSpec] = None) -> None:
+        """The prefix cache is chosen here, once: a ``RadixCache``, a ``NoPrefixCache`` with
+        ``disable_radix_cache``, or a ``HiRadixCache`` with ``tiers`` (the hierarchical cache).
+        ``swa``: (sliding slots, window) of a sliding-window pool."""
         allocator = SlotAllocator(num_slots) if swa is None else SwaSlotAllocator(num_slots, *swa)
-        cache = NoPrefixCache(allocator.free) if disable_radix_cache else RadixCache(allocator.free)
+        if disable_radix_cache:
+            cache: PrefixCache = NoPrefixCache(allocator.free)
+        elif tiers is not None and swa is None:
+            cache = HiRadixCache(allocator, tiers.link, tiers.host_slots, tiers.disk_bytes, tiers.bytes_per_token,
+                                 tiers.write_through)
+        else:
+            cache = RadixCache(allocator.free)
         self._attach(allocator, cache, ReqToTokenPool(max_rows, max_context_len))
 
     @classmethod
@@ -129,7 +137,9 @@ class KVManager(KVViews):
     # ------------------------------------------------------------------ admission
     def match_and_lock(self, req: Req) -> PrefixMatch:
         """The cached prefix ``req`` may use, locked so that it cannot be evicted: the caller
-        either ``admit``s the request with it or ``unlock``s it."""
+        either ``admit``s the request with it or ``unlock``s it.  With the hierarchical cache the
+        part of the match in a lower tier is loaded into the pool first."""
+        self._cache.fetch(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
         slots, node = self._match(req)
         self._cache.inc_lock_ref(node)
         self._admitting = Window(slots, len(slots), len(slots), node)

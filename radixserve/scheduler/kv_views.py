@@ -9,6 +9,7 @@ import torch
 
 from radixserve.ipc.persist_link import PersistNode
 from radixserve.mem_cache.allocator import SlotAllocator
+from radixserve.mem_cache.hiradix_cache import HiRadixCache
 from radixserve.mem_cache.hot_prefixes import insert_restored, select_hot
 from radixserve.mem_cache.prefix_cache import PrefixCache
 from radixserve.mem_cache.radix_cache import RadixCache
@@ -42,6 +43,14 @@ class KVViews:
         s["kv"] = {"num_slots": self.capacity, "free_slots": free, "cached_slots": c.total_size(),
                    "held_slots": self.capacity - free - c.total_size(),
                    "used_fraction": (self.capacity - free) / max(1, self.capacity)}
+        if isinstance(c, HiRadixCache):
+            t = c.tiers
+            s["tiers"] = {
+                "pool": {"tokens": c.total_size(), "slots": self.capacity},
+                "host": {"tokens": t.host_tokens, "slots": t.host.num_slots - 1, "hit_tokens": t.loaded["host"]},
+                "disk": {"blocks": len(t.blocks), "bytes": t.disk_used, "budget_bytes": t.disk_budget,
+                         "hit_tokens": t.loaded["disk"]},
+                "failed_loads": t.failed_loads, "lost_blocks": t.lost_blocks}
         if self._swa is not None:
             sw = self._swa
             s["kv"].update(sliding_num_slots=sw.num_swa_slots - 1, sliding_free_slots=sw.sliding_available(),

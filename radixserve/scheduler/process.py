@@ -54,7 +54,7 @@ class SchedulerLoop:
         self.worker = RemoteWorker(ctx, addrs)
         tokenizer = load_light_tokenizer(cfg.model.tokenizer_path or cfg.model.path)  # while the worker loads
         self.info = self.worker.wait_ready()
-        self.sched = build_scheduler(cfg, self.worker, self.info, tokenizer)
+        self.sched = build_scheduler(cfg, self.worker, self.info, tokenizer, self.worker)
         self.finished: list[Req] = []
         self.sched.hooks.append(self.finished.append)
         self.last_stats = 0.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any, Optional
 
 from radixserve.config import EngineConfig
@@ -15,6 +16,8 @@ from radixserve.model import loader
 from radixserve.utils import tune_malloc
 from radixserve.worker.model_runner import ModelRunner, set_threads
 from radixserve.worker.persist.store import PrefixStore, fingerprint
+from radixserve.worker.tiers.block_store import BlockStore
+from radixserve.worker.tiers.host_tier import TierStore
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,9 @@ def check_config(cfg: EngineConfig) -> None:
             raise ValueError("speculative_algorithm: draft is not implemented with tp_size > 1 (use ngram or none)")
         if cfg.cache.cache_persist_dir:
             raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size > 1 "
+                             "(each rank holds only its KV heads)")
+        if cfg.cache.enable_hierarchical_cache:
+            raise ValueError("enable_hierarchical_cache: the hierarchical cache is not implemented with tp_size > 1 "
                              "(each rank holds only its KV heads)")
         _check_model_splits(cfg)
 
@@ -68,8 +74,30 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
                       dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir,
                       quantization=runner.numerics.quant_label(), hidden_size=int(runner.config.hidden_size),
                       kv_bytes_per_slot=pool.slot_bytes, swa_slots=pool.num_swa_slots,
-                      swa_window=runner.kv_layout.window if pool.hybrid else 0)
+                      swa_window=runner.kv_layout.window if pool.hybrid else 0,
+                      host_tier_slots=cfg.cache.host_tier_slots(pool.num_slots, sum(p.slot_bytes for p in _pools(runner))))
     return runner, info
+
+
+def _pools(runner: ModelRunner) -> list[Any]:
+    """The worker's KV pools: the model's, then a draft model's (speculative decoding)."""
+    draft = getattr(runner.draft, "kv_pool", None)
+    return [runner.kv_pool] + ([draft] if draft is not None else [])
+
+
+def build_tier_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -> Optional[TierStore]:
+    """The hierarchical cache's host (and disk) tier over the runner's KV pools, when it is on."""
+    if not info.host_tier_slots:
+        return None
+    blocks = None
+    if cfg.cache.hicache_storage_backend == "file":
+        folder = cfg.cache.hicache_storage_dir or os.path.join(loader.cache_root(), "hicache")
+        fp = fingerprint(runner.config, info.hf_dir, runner.kv_pool, info.quantization, cfg.cache.page_size)
+        blocks = BlockStore(folder, fp)
+    store = TierStore(_pools(runner), info.host_tier_slots, blocks)
+    logger.info("hierarchical cache: host tier of %d tokens (%.2f GB)%s", info.host_tier_slots, store.host_bytes / 1e9,
+                f", disk tier of {cfg.cache.hicache_storage_size:g} GB in {blocks.folder}" if blocks else "")
+    return store
 
 
 def build_prefix_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -> Optional[PrefixStore]:

@@ -41,9 +41,11 @@ def sliding_plan(layers: list[LayerAttention], cache_cfg: CacheConfig, context_l
                  backend_ok: bool) -> tuple[tuple[int, ...], int]:
     """(the sliding layers, their longest window) when they get a pool of their own, else
     ((), 0): no sliding layer, a window as long as the context, ``disable_hybrid_swa_memory``,
-    warm restart on (it persists full layers only), or a backend without the sliding pool."""
+    warm restart or the hierarchical cache on (they move full layers only), or a backend without
+    the sliding pool."""
     sliding = tuple(i for i, la in enumerate(layers) if la.sliding_window is not None)
-    if not sliding or cache_cfg.disable_hybrid_swa_memory or cache_cfg.persists or not backend_ok:
+    off = cache_cfg.disable_hybrid_swa_memory or cache_cfg.persists or cache_cfg.tiered
+    if not sliding or off or not backend_ok:
         return (), 0
     window = max(layers[i].sliding_window for i in sliding)
     return (sliding, window) if window + _MARGIN < context_len else ((), 0)

@@ -4,7 +4,8 @@ Protocol (over two PUSH/PULL links with the scheduler): first the worker sends o
 ``WorkerInfo`` once the model is loaded; then, for every ``StepPlan`` it receives, it sends
 exactly one reply, a ``StepResult`` or a ``WorkerError`` when the step raised (the worker
 keeps serving; the scheduler fails the requests of that step).  With ``cache_persist_dir``,
-``KVSaveReq``/``KVRestoreReq`` (``ipc/persist_link.py``) are answered the same way, between steps.
+``KVSaveReq``/``KVRestoreReq`` (``ipc/persist_link.py``) are answered the same way, between steps,
+and with the hierarchical cache ``KVTierReq`` (``ipc/tier_link.py``).
 
 With ``tp_size > 1`` this process is rank 0 of the tensor-parallel group: it broadcasts each
 plan to the other ranks (``worker/tp/follower.py``) before stepping it, and a keep-alive
@@ -47,7 +48,7 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
 
     from radixserve.parallel.group import PeerLost
     from radixserve.parallel.init import join
-    from radixserve.worker.build import build_prefix_store, build_worker  # here: the scheduler imports this module
+    from radixserve.worker.build import build_prefix_store, build_tier_store, build_worker  # here: the scheduler imports this module
     from radixserve.worker.model_runner import resolve_device
 
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: a killed process would leak it
@@ -63,7 +64,7 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
         ready_conn.send(info)
         ready_conn.close()
         if tp.size == 1:
-            serve(runner, build_prefix_store(cfg, runner, info), plans, results)
+            serve(runner, build_prefix_store(cfg, runner, info), plans, results, build_tier_store(cfg, runner, info))
         else:
             serve_tp(runner, tp, plans, results)
     except PeerLost as e:
@@ -72,10 +73,13 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
         os._exit(1)  # at once: the group's teardown at exit would wait on the dead peer
 
 
-def _step(runner: Any, plan: Any, store: Any = None) -> Any:
+def _step(runner: Any, plan: Any, store: Any = None, tiers: Any = None) -> Any:
     from radixserve.ipc.persist_link import KVRestoreReq, KVSaveReq
+    from radixserve.ipc.tier_link import KVTierReq
 
     try:
+        if isinstance(plan, KVTierReq) and tiers is not None:
+            return tiers.apply_tiers(plan)
         if isinstance(plan, KVSaveReq) and store is not None:
             return store.save_prefixes(plan)
         if isinstance(plan, KVRestoreReq) and store is not None:
@@ -86,9 +90,9 @@ def _step(runner: Any, plan: Any, store: Any = None) -> Any:
         return WorkerError(f"{type(e).__name__}: {e}")
 
 
-def serve(runner: Any, store: Any, plans: zmq.Socket, results: zmq.Socket) -> None:
+def serve(runner: Any, store: Any, plans: zmq.Socket, results: zmq.Socket, tiers: Any = None) -> None:
     while True:
-        send_obj(results, _step(runner, recv_obj(plans), store))
+        send_obj(results, _step(runner, recv_obj(plans), store, tiers))
 
 
 def serve_tp(runner: Any, tp: Any, plans: zmq.Socket, results: zmq.Socket) -> None:

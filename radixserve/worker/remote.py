@@ -2,7 +2,8 @@
 
 It has the same ``step(plan) -> StepResult`` as ``ModelRunner``, so the existing Scheduler
 drives a remote worker unchanged; ``save_prefixes``/``restore_prefixes`` are warm restart's
-two requests (the same methods as the in-process ``PrefixStore``).  ``step`` sends the plan
+two requests (the same methods as the in-process ``PrefixStore``), ``apply_tiers`` the
+hierarchical cache's (as the in-process ``TierStore``).  ``step`` sends the plan
 and blocks for the reply; a ``WorkerError`` reply raises ``WorkerStepError`` with the failed
 plan attached.  With a
 ``dead`` callback (the Engine's tensor-parallel group) ``step`` waits in short polls and
@@ -15,6 +16,7 @@ from typing import Callable, Optional
 import zmq
 
 from radixserve.ipc.persist_link import KVRestoreReply, KVRestoreReq, KVSaveReply, KVSaveReq
+from radixserve.ipc.tier_link import KVTierReply, KVTierReq
 from radixserve.ipc.worker_link import StepPlan, StepResult, WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, recv_obj, send_obj
 from radixserve.worker.process import WorkerError
@@ -65,3 +67,11 @@ class RemoteWorker:
         send_obj(self.to_worker, req)
         reply = recv_obj(self.from_worker)
         return KVRestoreReply(message=f"worker error: {reply.message}") if isinstance(reply, WorkerError) else reply
+
+    def apply_tiers(self, req: KVTierReq) -> KVTierReply:
+        """Hierarchical cache: the worker carries out these moves (a worker error fails them all)."""
+        send_obj(self.to_worker, req)
+        reply = recv_obj(self.from_worker)
+        if isinstance(reply, WorkerError):
+            return KVTierReply(list(range(len(req.moves))), [], reply.message)
+        return reply

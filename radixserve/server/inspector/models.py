@@ -27,6 +27,8 @@ class CacheNode(BaseModel):
     last_access_s: Optional[float] = Field(description="seconds since a match or insert last touched it")
     lock_count: Optional[int] = Field(description="running requests holding it (root: null)")
     namespace: Optional[str] = Field(description="short hash of the cache_salt namespace; null: shared")
+    tiers: list[Literal["pool", "host", "disk"]] = Field(default_factory=list, description=(
+        "where the node's KV is (host and disk: the hierarchical cache's lower tiers; root: none)"))
     text: Optional[str] = Field(None, description="decoded preview of the edge's first tokens; only with "
                                                   "--cache-inspector-text, never for a salted node")
     text_truncated: Optional[bool] = Field(None, description="the preview shows only the edge's first tokens")
@@ -35,8 +37,11 @@ class CacheNode(BaseModel):
     children: list["CacheNode"]
 
 
+CacheKind = Literal["radix", "hierarchical", "none"]
+
+
 class CacheTree(BaseModel):
-    cache: Literal["radix", "none"]
+    cache: CacheKind
     tree_tokens: int = Field(ge=0)
     tree_nodes: int = Field(ge=0)
     scanned_nodes: int = Field(ge=0, description="nodes counted for subtree sizes (bounded)")
@@ -85,13 +90,40 @@ class RequestCounts(BaseModel):
     in_flight: int = Field(ge=0, description="requests the HTTP server is waiting on")
 
 
+class HostTier(BaseModel):
+    tokens: int = Field(ge=0, description="tokens whose KV the host tier holds")
+    slots: int = Field(ge=0)
+    hit_tokens: int = Field(ge=0, description="tokens loaded back into the pool from this tier since start")
+
+
+class DiskTier(BaseModel):
+    blocks: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+    budget_bytes: int = Field(ge=0, description="0: no disk tier")
+    hit_tokens: int = Field(ge=0)
+
+
+class PoolTier(BaseModel):
+    tokens: int = Field(ge=0)
+    slots: int = Field(ge=0)
+
+
+class Tiers(BaseModel):
+    pool: PoolTier
+    host: HostTier
+    disk: DiskTier
+    failed_loads: int = Field(ge=0, description="blocks that could not be read back (recomputed)")
+    lost_blocks: int = Field(ge=0, description="blocks whose write failed (disk full, folder gone)")
+
+
 class CacheStatsReply(BaseModel):
-    cache: Literal["radix", "none"]
+    cache: CacheKind
     uptime_s: float = Field(ge=0)
     windows: Windows
     tree: TreeSize
     kv: KVUsage
     requests: RequestCounts
+    tiers: Optional[Tiers] = Field(None, description="the hierarchical cache's tiers (absent without it)")
 
 
 ERROR_RESPONSES = {400: {"model": ErrorBody, "description": "a query parameter out of range (named)"},

@@ -71,7 +71,9 @@
     $("hit-rate-value").textContent = pct(w.last_1m.hit_rate ?? null);
     $("hit-rate-sub").textContent =
       `5 min ${pct(w.last_5m.hit_rate)} · since start ${pct(w.since_start.hit_rate)} · ` +
-      `${fmtInt(w.last_1m.cached_tokens)} of ${fmtInt(w.last_1m.prompt_tokens)} prompt tokens cached (1 min)`;
+      `${fmtInt(w.last_1m.cached_tokens)} of ${fmtInt(w.last_1m.prompt_tokens)} prompt tokens cached (1 min)` +
+      (s.tiers ? ` · loaded from host ${fmtInt(s.tiers.host.hit_tokens)}, disk ${fmtInt(s.tiers.disk.hit_tokens)} tokens` +
+                 ` (host ${fmtInt(s.tiers.host.tokens)} / ${fmtInt(s.tiers.host.slots)} tokens held)` : "");
     $("kv-value").textContent = pct(kv.used_fraction);
     $("kv-bar-held").style.width = `${(100 * kv.held_slots) / Math.max(1, kv.num_slots)}%`;
     $("kv-bar-cache").style.width = `${(100 * kv.cached_slots) / Math.max(1, kv.num_slots)}%`;

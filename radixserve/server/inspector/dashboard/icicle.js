@@ -53,6 +53,7 @@ function icicleTooltip(n) {
     `hits ${fmtInt(n.hit_count)} · last access ${fmtAge(n.last_access_s)} · locks ${n.lock_count ?? "—"}`,
   ];
   if (n.namespace) lines.push(`namespace ${n.namespace} (text hidden)`);
+  if (n.tiers && n.tiers.length) lines.push(`KV in ${n.tiers.join(" + ")}`);
   if (n.omitted_children) lines.push(`+${n.omitted_children} children not shown (${fmtInt(n.omitted_tokens)} tokens)`);
   return lines;
 }
@@ -86,6 +87,7 @@ function renderIcicle(container, tree, opts) {
                                  fill: n.depth === 0 ? "#c7d2e0" : heat(t, !!n.namespace), "data-id": n.id }, svg);
     rect.classList.add("node");
     if (n.lock_count) rect.classList.add("locked");
+    if (n.tiers && n.depth > 0 && !n.tiers.includes("pool")) rect.classList.add("offloaded");
     if (opts.selectedId === n.id) rect.classList.add("selected");
     rect.addEventListener("mousemove", (ev) => showTip(tip, ev, n));
     rect.addEventListener("mouseleave", () => { tip.hidden = true; });

@@ -32,6 +32,7 @@ function renderTreeView(container, tree, state) {
       twist.addEventListener("click", () => { state.expanded[key] = !open; state.redraw(); });
     }
     if (n.namespace) cell(name, "ns", `ns ${n.namespace}`).title = "salted namespace: text never shown";
+    if (n.tiers && n.depth > 0 && !n.tiers.includes("pool")) cell(name, "ns", n.tiers.join("+")).title = "KV outside the pool";
     const label = cell(name, "label", nodeLabel(n) + (n.text_truncated ? "…" : ""));
     if (typeof n.text !== "string" && n.depth > 0) label.classList.add("anon");
     if (typeof n.text === "string") label.title = n.text;
