@@ -11,6 +11,7 @@ Pooling = Literal["last", "mean"]
 GrammarBackendName = Literal["outlines", "llguidance"]
 HiCacheWritePolicy = Literal["write_through", "write_back"]
 HiCacheStorage = Literal["none", "file"]
+HiCacheKVDtype = Literal["auto", "int8", "fp8_e4m3", "fp8_e5m2"]
 DEFAULT_GRAMMAR_BACKEND: GrammarBackendName = "llguidance"
 
 
@@ -107,6 +108,10 @@ class CacheConfig:
     hicache_storage_backend: HiCacheStorage = field(default="none", metadata={"help": (
         "a tier below the host tier: file (block files in --hicache-storage-dir) or none (default: none)")})
     hicache_storage_dir: Optional[str] = None
+    hicache_kv_dtype: HiCacheKVDtype = field(default="auto", metadata={"help": (
+        "how the host tier stores KV: auto (the pool's dtype, exact) or int8 / fp8_e4m3 / fp8_e5m2 with a scale "
+        "per token and head (about 2x the tokens of a bf16 pool in the same bytes; lossy, see "
+        "docs/HIERARCHICAL_CACHE.md; default: auto)")})
     hicache_storage_size: float = field(default=8.0, metadata={"help": "disk tier budget in GB (default: 8)"})
 
     @property
@@ -124,7 +129,8 @@ class CacheConfig:
         if self.hicache_ratio <= 0 or self.hicache_size < 0 or self.hicache_storage_size <= 0:
             raise ValueError("hicache_ratio, hicache_size, hicache_storage_size: must be > 0 (size >= 0)")
         for name, value, options in (("hicache_write_policy", self.hicache_write_policy, HiCacheWritePolicy),
-                                     ("hicache_storage_backend", self.hicache_storage_backend, HiCacheStorage)):
+                                     ("hicache_storage_backend", self.hicache_storage_backend, HiCacheStorage),
+                                     ("hicache_kv_dtype", self.hicache_kv_dtype, HiCacheKVDtype)):
             if value not in get_args(options):
                 raise ValueError(f"{name}: must be one of {', '.join(get_args(options))}")
         if self.enable_hierarchical_cache and self.disable_radix_cache:
@@ -135,13 +141,13 @@ class CacheConfig:
         """The hierarchical cache is on."""
         return self.enable_hierarchical_cache and not self.disable_radix_cache
 
-    def host_tier_slots(self, pool_slots: int, bytes_per_slot: int) -> int:
-        """Token slots of the host tier (0 when off); the scheduler and the worker both size it here."""
+    def host_tier_slots(self, pool_bytes: int, bytes_per_slot: int) -> int:
+        """Token slots of the host tier (0 when off): ``hicache_size`` GB, else ``hicache_ratio``
+        times the pool's ``pool_bytes``, over ``bytes_per_slot`` (a token in the host tier's form)."""
         if not self.tiered:
             return 0
-        if self.hicache_size > 0:
-            return max(2, int(self.hicache_size * 1e9) // max(1, bytes_per_slot))
-        return max(2, int(pool_slots * self.hicache_ratio))
+        budget = self.hicache_size * 1e9 if self.hicache_size > 0 else self.hicache_ratio * pool_bytes
+        return max(2, int(budget) // max(1, bytes_per_slot))
 
     @property
     def disk_tier_bytes(self) -> int:

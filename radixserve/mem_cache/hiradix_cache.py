@@ -192,16 +192,14 @@ class HiRadixCache(RadixCache):
         return first_lower if first_lower is not None else pos
 
     def _back_up(self, nodes: list[TreeNode]) -> None:
-        moves = []
         for node in nodes:
             host = self.tiers.host_alloc(len(node.key), self._evict_host)
             if host is None:
                 break
             node.host = host
             self.tiers.host_tokens += len(node.key)
-            moves.append(TierMove("pool_to_host", _np(node.value), _np(host)))
-        if moves:
-            self._send(moves)
+            self._moves.append(TierMove("pool_to_host", _np(node.value), _np(host)))
+        self._send([])
 
     # ---------------------------------------------------------------- eviction
     def evict(self, num_tokens: int) -> int:
@@ -211,7 +209,7 @@ class HiRadixCache(RadixCache):
             return 0
         heap = [(n.last_access, id(n), n) for n in self.all_nodes() if self._pool_leaf(n)]
         heapq.heapify(heap)
-        freed, nodes, moves, released = 0, 0, [], []
+        freed, nodes, released = 0, 0, []
         while freed < num_tokens and heap:
             _, _, node = heapq.heappop(heap)
             if node.host is None:
@@ -219,7 +217,8 @@ class HiRadixCache(RadixCache):
                 if host is not None:
                     node.host = host
                     self.tiers.host_tokens += len(node.key)
-                    moves.append(TierMove("pool_to_host", _np(node.value), _np(host)))
+                    # in order with the host tier's own evictions: a later one may write this node to disk
+                    self._moves.append(TierMove("pool_to_host", _np(node.value), _np(host)))
             released.append(node.value)
             freed += len(node.key)
             nodes += 1
@@ -230,7 +229,7 @@ class HiRadixCache(RadixCache):
                 self._delete_subtree(node)
             if self._pool_leaf(parent):
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
-        self._send(moves)
+        self._send([])
         for slots in released:
             self.free_fn(slots)
         self.evicted_tokens += freed
@@ -322,7 +321,8 @@ class HiRadixCache(RadixCache):
 
     # ---------------------------------------------------------------- worker
     def _send(self, moves: list[TierMove]) -> list[int]:
-        """Send the queued moves and ``moves`` in one request; returns the failed indices."""
+        """Send the queued moves (``self._moves``, in the order they were decided) and ``moves``
+        in one request; returns the failed indices."""
         batch, self._moves = self._moves + moves, []
         if not batch:
             return []

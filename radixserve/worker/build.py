@@ -17,7 +17,7 @@ from radixserve.utils import tune_malloc
 from radixserve.worker.model_runner import ModelRunner, set_threads
 from radixserve.worker.persist.store import PrefixStore, fingerprint
 from radixserve.worker.tiers.block_store import BlockStore
-from radixserve.worker.tiers.host_tier import TierStore
+from radixserve.worker.tiers.host_tier import TierStore, host_slot_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
                       quantization=runner.numerics.quant_label(), hidden_size=int(runner.config.hidden_size),
                       kv_bytes_per_slot=pool.slot_bytes, swa_slots=pool.num_swa_slots,
                       swa_window=runner.kv_layout.window if pool.hybrid else 0,
-                      host_tier_slots=cfg.cache.host_tier_slots(pool.num_slots, sum(p.slot_bytes for p in _pools(runner))))
+                      host_tier_slots=cfg.cache.host_tier_slots(
+                          sum(p.total_bytes for p in _pools(runner)), host_slot_bytes(_pools(runner), cfg.cache.hicache_kv_dtype)))
     return runner, info
 
 
@@ -94,8 +95,9 @@ def build_tier_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -
         folder = cfg.cache.hicache_storage_dir or os.path.join(loader.cache_root(), "hicache")
         fp = fingerprint(runner.config, info.hf_dir, runner.kv_pool, info.quantization, cfg.cache.page_size)
         blocks = BlockStore(folder, fp)
-    store = TierStore(_pools(runner), info.host_tier_slots, blocks)
-    logger.info("hierarchical cache: host tier of %d tokens (%.2f GB)%s", info.host_tier_slots, store.host_bytes / 1e9,
+    store = TierStore(_pools(runner), info.host_tier_slots, blocks, cfg.cache.hicache_kv_dtype)
+    logger.info("hierarchical cache: host tier of %d tokens (%.2f GB, %s)%s", info.host_tier_slots, store.host_bytes / 1e9,
+                cfg.cache.hicache_kv_dtype,
                 f", disk tier of {cfg.cache.hicache_storage_size:g} GB in {blocks.folder}" if blocks else "")
     return store
 

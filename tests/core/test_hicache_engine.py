@@ -151,3 +151,16 @@ def test_host_tier_stays_within_its_budget(tiny_dir, tmp_path, reference):
     grown = psutil.Process().memory_info().rss - before
     assert grown <= budget * 1e9 + 64e6, f"RSS grew {grown / 1e6:.0f} MB with a {budget * 1e3:.0f} MB host tier"
     eng.shutdown()
+
+
+def test_quantized_host_tier_holds_more_tokens(tiny_dir, tmp_path):
+    exact = tiered(tiny_dir, tmp_path, hicache_storage_backend="none")
+    eng = tiered(tiny_dir, tmp_path, hicache_storage_backend="none", hicache_kv_dtype="int8")
+    assert eng._tiers.host_bytes <= exact._tiers.host_bytes and eng.info.host_tier_slots > 3 * exact.info.host_tier_slots
+    exact.shutdown()
+    for i in (0, 1, 2, 0):  # the last one loads prompt 0 from the int8 host tier
+        out = eng.generate(input_ids=PROMPTS[i], sampling_params=GREEDY)
+        assert len(out["output_ids"]) == GREEDY["max_new_tokens"]
+        eng.check_invariants()
+    assert out["meta_info"]["cached_tokens"] == DOC - 1 and hits(eng)[0] >= DOC - 1
+    eng.shutdown()

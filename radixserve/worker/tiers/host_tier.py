@@ -2,7 +2,7 @@
 
 ``TierStore`` holds, for each KV pool of the worker (the model's, and a draft model's when
 speculative decoding runs one), per-layer host buffers of ``host_slots`` token rows in the
-pool's dtype (pinned memory on CUDA).  The disk tier (``BlockStore``) keeps the model's pool
+pool's dtype or quantized (``kv_codec.py``; pinned memory on CUDA).  The disk tier (``BlockStore``) keeps the model's pool
 only: a draft model's KV of a prefix loaded from disk is stale, which costs acceptance, not
 correctness (the target verifies every token).
 
@@ -21,6 +21,7 @@ import torch
 from radixserve.ipc.tier_link import KVTierReply, KVTierReq, TierMove
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.worker.tiers.block_store import BlockStore
+from radixserve.worker.tiers.kv_codec import HostRows
 
 logger = logging.getLogger(__name__)
 
@@ -29,23 +30,33 @@ def _idx(a: Optional[np.ndarray], device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)
 
 
+def host_slot_bytes(pools: Sequence[KVPool], kind: str = "auto") -> int:
+    """Bytes a token takes in the host tier over every pool (K and V of every layer)."""
+    return sum(p.num_layers * (1 if p.shared_kv else 2) * HostRows.slot_bytes(p.num_kv_heads, p.head_dim, p.dtype, kind)
+               for p in pools)
+
+
 class TierStore:
-    def __init__(self, pools: Sequence[KVPool], host_slots: int, blocks: Optional[BlockStore] = None) -> None:
-        self.pools, self.blocks, self.host_slots = list(pools), blocks, host_slots
-        self.host_k: list[list[torch.Tensor]] = []
-        self.host_v: list[list[torch.Tensor]] = []
+    def __init__(self, pools: Sequence[KVPool], host_slots: int, blocks: Optional[BlockStore] = None,
+                 kind: str = "auto") -> None:
+        """``kind``: how the host tier stores KV (``kv_codec.py``: "auto" exact, or quantized)."""
+        self.pools, self.blocks, self.host_slots, self.kind = list(pools), blocks, host_slots, kind
+        self.host_k: list[list[HostRows]] = []
+        self.host_v: list[list[HostRows]] = []
         for pool in self.pools:
             pin = pool.device.type == "cuda"
-            shape = (host_slots, pool.num_kv_heads, pool.head_dim)
-            k = [torch.zeros(shape, dtype=pool.dtype, pin_memory=pin) for _ in range(pool.num_layers)]
+
+            def rows() -> HostRows:
+                return HostRows(host_slots, pool.num_kv_heads, pool.head_dim, pool.dtype, kind, pin)
+
+            k = [rows() for _ in range(pool.num_layers)]
             self.host_k.append(k)
-            self.host_v.append(k if pool.shared_kv else
-                               [torch.zeros(shape, dtype=pool.dtype, pin_memory=pin) for _ in range(pool.num_layers)])
+            self.host_v.append(k if pool.shared_kv else [rows() for _ in range(pool.num_layers)])
 
     @property
     def host_bytes(self) -> int:
         """Bytes of every host buffer."""
-        return sum(p.slot_bytes for p in self.pools) * self.host_slots
+        return host_slot_bytes(self.pools, self.kind) * self.host_slots
 
     def apply_tiers(self, req: KVTierReq) -> KVTierReply:
         failed = []
@@ -65,24 +76,24 @@ class TierStore:
             for pool, hk, hv in zip(self.pools, self.host_k, self.host_v):
                 src, dst = _idx(m.src, pool.device), _idx(m.dst, torch.device("cpu"))
                 for layer in range(pool.num_layers):
-                    self._copy(hk[layer], dst, pool.k_buffer[layer], src)
+                    hk[layer].put(dst, pool.k_buffer[layer].index_select(0, src).cpu())
                     if not pool.shared_kv:
-                        self._copy(hv[layer], dst, pool.v_buffer[layer], src)
+                        hv[layer].put(dst, pool.v_buffer[layer].index_select(0, src).cpu())
             return True
         if m.kind == "host_to_pool":
             for pool, hk, hv in zip(self.pools, self.host_k, self.host_v):
                 src, dst = _idx(m.src, torch.device("cpu")), _idx(m.dst, pool.device)
                 for layer in range(pool.num_layers):
-                    self._copy(pool.k_buffer[layer], dst, hk[layer], src)
+                    pool.k_buffer[layer].index_copy_(0, dst, hk[layer].get(src).to(pool.device))
                     if not pool.shared_kv:
-                        self._copy(pool.v_buffer[layer], dst, hv[layer], src)
+                        pool.v_buffer[layer].index_copy_(0, dst, hv[layer].get(src).to(pool.device))
             return True
         if self.blocks is None:
             return False
         if m.kind == "host_to_disk":
             src = _idx(m.src, torch.device("cpu"))
-            k = [t.index_select(0, src) for t in self.host_k[0]]
-            v = [t.index_select(0, src) for t in self.host_v[0]]
+            k = [t.get(src) for t in self.host_k[0]]  # blocks hold the pool's dtype (dequantized)
+            v = [t.get(src) for t in self.host_v[0]]
             self.blocks.write(m.block, np.asarray(m.tokens, dtype=np.int64), m.salt, (k, v))
             return True
         if m.kind == "disk_to_pool":
@@ -100,10 +111,6 @@ class TierStore:
             self.blocks.drop(m.block)
             return True
         raise ValueError(f"unknown tier move {m.kind!r}")
-
-    @staticmethod
-    def _copy(dst: torch.Tensor, dst_idx: torch.Tensor, src: torch.Tensor, src_idx: torch.Tensor) -> None:
-        dst.index_copy_(0, dst_idx, src.index_select(0, src_idx).to(dst.device))
 
     def close(self) -> None:
         if self.blocks is not None:
