@@ -17,7 +17,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-MoveKind = Literal["pool_to_host", "host_to_pool", "host_to_disk", "disk_to_pool", "drop_block"]
+MoveKind = Literal["pool_to_host", "host_to_pool", "host_to_disk", "disk_to_pool", "drop_block", "prefetch_block"]
 
 
 @dataclass
@@ -26,7 +26,8 @@ class TierMove:
     token for token.  Disk moves name a ``block`` (a file of the worker's storage folder):
     ``host_to_disk`` writes rows ``src`` with their ``tokens`` and ``salt`` as a new block;
     ``disk_to_pool`` reads rows ``offset .. offset + len(dst)`` of a block into ``dst``;
-    ``drop_block`` deletes a block nobody references any more."""
+    ``drop_block`` deletes a block nobody references any more; ``prefetch_block`` starts reading a
+    block on the worker's reader thread, so that a ``disk_to_pool`` soon after finds it in memory."""
 
     kind: MoveKind
     src: Optional[np.ndarray] = None

@@ -114,6 +114,23 @@ class HiRadixCache(RadixCache):
             node = child
         return path
 
+    def prefetch(self, key: list[int], salt: Optional[str] = None) -> None:
+        """Ask the worker to read ahead the blocks of ``key``'s match that only the disk tier
+        holds (read-only walk: no split, no LRU stamp)."""
+        node, pos, blocks = self.root, 0, []
+        while pos < len(key):
+            child = node.children.get(child_key(salt, key[pos]))
+            if child is None:
+                break
+            n = _common_len(child.key, key, pos)
+            if child.value is None and child.host is None and child.disk is not None:
+                blocks.append(child.disk[0])
+            if n < len(child.key):
+                break
+            pos, node = pos + n, child
+        if blocks:
+            self._send([TierMove("prefetch_block", block=b) for b in dict.fromkeys(blocks)])
+
     def fetch(self, key: list[int], salt: Optional[str] = None) -> int:
         """Load the lower-tier part of ``key``'s longest match into the pool; returns the tokens
         loaded (0 when nothing is below the pool or the pool cannot make room)."""

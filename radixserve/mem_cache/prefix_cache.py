@@ -101,6 +101,10 @@ class PrefixCache(ABC):
         hierarchical cache has one); returns the tokens loaded."""
         return 0
 
+    def prefetch(self, key: list[int], salt: Optional[str] = None) -> None:
+        """Start reading what a lower tier holds of ``key``'s match ahead of ``fetch`` (only the
+        hierarchical cache has one); changes nothing in the tree."""
+
     @abstractmethod
     def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
         """Store ``value[i]`` as the slot of ``key[i]``; returns how many leading tokens were

@@ -119,6 +119,11 @@ class KVManager(KVViews):
         """The request's row of slots (int32).  Read-only for the caller."""
         return self._rows.table[req.row]
 
+    def prefetch(self, req: Req) -> None:
+        """A request joins the queue: the hierarchical cache starts reading the disk blocks of its
+        match on the worker's reader thread (nothing else does anything)."""
+        self._cache.prefetch(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
+
     def match_len(self, req: Req) -> int:
         """How many leading tokens of ``req`` are cached (refreshes their LRU stamps; may
         split a node).  Locks nothing."""

@@ -71,6 +71,7 @@ class Scheduler:
             raise OverflowError("the waiting queue is full")
         if req.arrival is None:
             req.arrival = self.clock()
+        self.kv.prefetch(req)  # the hierarchical cache starts reading its disk blocks while it waits
         if has_constraint(req.sampling):
             self.grammars.add(req)  # joins the queue once its grammar is compiled
             return

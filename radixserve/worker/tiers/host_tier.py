@@ -110,6 +110,9 @@ class TierStore:
         if m.kind == "drop_block":
             self.blocks.drop(m.block)
             return True
+        if m.kind == "prefetch_block":
+            self.blocks.prefetch(m.block)
+            return True
         raise ValueError(f"unknown tier move {m.kind!r}")
 
     def close(self) -> None:
