@@ -94,7 +94,10 @@ def build_tier_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -
     if cfg.cache.hicache_storage_backend == "file":
         folder = cfg.cache.hicache_storage_dir or os.path.join(loader.cache_root(), "hicache")
         fp = fingerprint(runner.config, info.hf_dir, runner.kv_pool, info.quantization, cfg.cache.page_size)
-        blocks = BlockStore(folder, fp)
+        try:
+            blocks = BlockStore(folder, fp)
+        except OSError as e:
+            raise ValueError(f"hicache_storage_dir: cannot use {folder!r} for the disk tier: {e}") from None
     store = TierStore(_pools(runner), info.host_tier_slots, blocks, cfg.cache.hicache_kv_dtype)
     logger.info("hierarchical cache: host tier of %d tokens (%.2f GB, %s)%s", info.host_tier_slots, store.host_bytes / 1e9,
                 cfg.cache.hicache_kv_dtype,

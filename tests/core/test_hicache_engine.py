@@ -164,3 +164,22 @@ def test_quantized_host_tier_holds_more_tokens(tiny_dir, tmp_path):
         eng.check_invariants()
     assert out["meta_info"]["cached_tokens"] == DOC - 1 and hits(eng)[0] >= DOC - 1
     eng.shutdown()
+
+
+def test_refusals_name_the_option():
+    from radixserve.config import EngineConfig
+    from radixserve.worker.build import check_config
+
+    with pytest.raises(ValueError, match="enable_hierarchical_cache"):
+        check_config(EngineConfig.from_kwargs(None, tp_size=2, enable_hierarchical_cache=True))
+    with pytest.raises(ValueError, match="enable_hierarchical_cache"):
+        EngineConfig.from_kwargs(None, enable_hierarchical_cache=True, disable_radix_cache=True)
+    with pytest.raises(ValueError, match="hicache_kv_dtype"):
+        EngineConfig.from_kwargs(None, enable_hierarchical_cache=True, hicache_kv_dtype="int4")
+
+
+def test_an_unusable_storage_dir_is_named(tiny_dir, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match="hicache_storage_dir"):
+        tiered(tiny_dir, blocker)
