@@ -16,8 +16,9 @@ SGLang's HiCache semantics on this runtime's tree (``docs/HIERARCHICAL_CACHE.md`
   recomputes those tokens, nothing wrong is served.
 * Inserting tokens a lower-tier node holds makes the node take the request's fresh pool slots.
 
-Eviction lives in ``tier_eviction.py``.  The moves go to the worker in one ``KVTierReq`` per call, in order, before the call returns, so
-slots freed here are never reused before their KV was copied.  Scheduler thread only.
+Eviction lives in ``tier_eviction.py``.  The moves go to the worker in one ``KVTierReq`` per
+call, in order, before the call returns, so slots freed here are never reused before their KV
+was copied.  Scheduler thread only.
 """
 from __future__ import annotations
 
