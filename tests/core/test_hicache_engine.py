@@ -82,6 +82,21 @@ def test_default_dtype_speculation_and_salts(tiny_dir, tmp_path):
     eng.shutdown()
 
 
+def test_draft_model_speculation(tiny_dir, tmp_path, reference):
+    """The host tier holds the draft model's KV too; from disk the draft's is stale (outputs hold)."""
+    from tests.helpers.models import build_tiny_llama
+
+    draft = build_tiny_llama(tiny_dir, str(tmp_path / "draft"), hidden=32, layers=1, heads=2, kv_heads=1, seed=1,
+                             tie=True)
+    eng = tiered(tiny_dir, tmp_path / "blocks", speculative_algorithm="draft", speculative_draft_model=draft,
+                 speculative_num_tokens=3)
+    assert len(eng._tiers.pools) == 2
+    for i in (0, 1, 2, 0, 3, 4, 5, 6, 7, 1):  # 0 back from the host tier, 1 from disk
+        run(eng, i, reference)
+    assert min(hits(eng)) >= DOC - 1
+    eng.shutdown()
+
+
 def test_retraction_with_tiers(tiny_dir, tmp_path, reference):
     prompts = [PROMPTS[i][:60] for i in range(4)]
     params = {**GREEDY, "max_new_tokens": 60}

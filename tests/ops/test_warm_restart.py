@@ -1,10 +1,12 @@
 """Warm restart end to end (``--cache-persist-dir``): servers of their own, restarted.
 
-The tiny model covers the interval writer, the save on SIGTERM, a corrupt and a mismatched
-file (skipped with a warning; the server starts cold) and the memory invariants after a
-load; SmolLM2 covers one real model through the OpenAI route's usage."""
+The tiny model covers the interval writer, the save on SIGTERM and the memory invariants after
+a load; a corrupt, truncated or mismatched file (skipped with a warning; a cold start) is
+checked through in-process Engines, which run the same worker store; SmolLM2 covers one real
+model through the OpenAI route's usage."""
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -13,6 +15,7 @@ import pytest
 
 from radixserve.worker.persist.file_format import read_prefix_file
 from radixserve.worker.persist.store import FILE_NAME
+from tests.helpers.models import make_engine
 from tests.helpers.server_harness import ServerHandle
 
 GREEDY = {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}
@@ -89,44 +92,43 @@ def test_warm_restart_tiny(tiny_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def good_file(tiny_dir, tmp_path_factory) -> tuple[bytes, dict]:
-    """A prefix file a tiny server wrote at shutdown, and the output before it."""
+    """A prefix file an Engine wrote at shutdown, and the output before it (the store and the file
+    are the server worker's; the server's own save path is test_warm_restart_tiny's)."""
     folder = str(tmp_path_factory.mktemp("kv"))
-    srv = _serve(tiny_dir, folder)
-    try:
-        before = _generate(srv, SYSTEM + Q1)
-    finally:
-        srv.stop()
+    eng = make_engine(tiny_dir, max_total_tokens=4096, cache_persist_dir=folder)
+    before = eng.generate(input_ids=SYSTEM + Q1, sampling_params=GREEDY)
+    eng.shutdown()
     with open(os.path.join(folder, FILE_NAME), "rb") as f:
         return f.read(), before
 
 
 @pytest.mark.parametrize("problem", ["corrupt", "truncated", "dtype"])
-def test_bad_file_is_skipped(tiny_dir, tmp_path, good_file, problem):
+def test_bad_file_is_skipped(tiny_dir, tmp_path, good_file, problem, caplog):
     folder = tmp_path / "kv"
     folder.mkdir()
     data, before = bytearray(good_file[0]), good_file[1]
-    extra: tuple[str, ...] = ()
+    extra: dict = {}
     if problem == "corrupt":
         for at in (100, len(data) // 2, len(data) - 64):
             data[at] ^= 0x5A
     elif problem == "truncated":
         data = data[: len(data) - 4096]
     else:
-        extra = ("--dtype", "bfloat16")  # another dtype: the file's KV does not apply
+        extra = {"dtype": "bfloat16"}  # another dtype: the file's KV does not apply
     (folder / FILE_NAME).write_bytes(bytes(data))
-    srv = _serve(tiny_dir, str(folder), *extra)
+    with caplog.at_level(logging.WARNING):
+        eng = make_engine(tiny_dir, max_total_tokens=4096, cache_persist_dir=str(folder), **extra)
     try:
-        assert "skipping the prefix file" in srv.log_tail(20000)
-        s = _checked(srv)
-        assert s["cache_size"] == 0  # cold
-        after = _generate(srv, SYSTEM + Q1)
+        assert "skipping the prefix file" in caplog.text
+        assert eng.stats()["cache_size"] == 0  # cold
+        eng.check_invariants()
+        after = eng.generate(input_ids=SYSTEM + Q1, sampling_params=GREEDY)
         assert after["meta_info"]["cached_tokens"] == 0
         if problem != "dtype":
             assert after["output_ids"] == before["output_ids"]
-        _checked(srv)
+        eng.check_invariants()
     finally:
-        srv.stop()
-    assert srv.proc.returncode == 0, srv.log_tail()
+        eng.shutdown()
 
 
 def test_warm_restart_smollm2(smol_dir, tmp_path):

@@ -103,14 +103,17 @@ class BlockStore:
         with self._lock:
             if block in self._pending or block in self._reads:
                 return
-            self._reads[block] = self._reader.submit(self._load, block)
+            self._reads[block] = self._reader.submit(self._load, block, True)
         self._trim()
 
-    def _load(self, block: str) -> Optional[tuple[Rows, int]]:
+    def _load(self, block: str, ahead: bool = False) -> Optional[tuple[Rows, int]]:
         try:
             f = read_prefix_file(self.path(block))
         except (PrefixFileError, OSError) as e:
-            logger.warning("hierarchical cache: block %s unreadable (%s); its tokens are recomputed", block, e)
+            with self._lock:
+                dropped = ahead and block not in self._reads
+            if not dropped:  # a read-ahead of a block dropped meanwhile is nobody's loss
+                logger.warning("hierarchical cache: block %s unreadable (%s); its tokens are recomputed", block, e)
             return None
         if f.fingerprint != self.fp:
             logger.warning("hierarchical cache: block %s was written for another model; recomputing", block)
