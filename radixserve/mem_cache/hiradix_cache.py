@@ -68,6 +68,7 @@ class HiRadixCache(TierEviction, RadixCache):
     deletion are ``TierEviction``'s."""
 
     kind = "hierarchical"
+    tiered = True
 
     def __init__(self, pool: SlotAllocator, link: TierLink, host_slots: int, disk_bytes: int,
                  block_bytes_per_token: int, write_through: bool = True) -> None:

@@ -50,6 +50,7 @@ class PrefixCache(ABC):
     """
 
     kind = "radix"
+    tiered = False  # lower tiers below the pool (``fetch``/``prefetch`` do something): HiRadixCache
 
     def __init__(self, free_fn: Callable[[torch.Tensor], None]) -> None:
         self.free_fn = free_fn

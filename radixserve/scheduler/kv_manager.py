@@ -122,7 +122,8 @@ class KVManager(KVViews):
     def prefetch(self, req: Req) -> None:
         """A request joins the queue: the hierarchical cache starts reading the disk blocks of its
         match on the worker's reader thread (nothing else does anything)."""
-        self._cache.prefetch(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
+        if self._cache.tiered:  # (no copy of the prompt for the caches without tiers)
+            self._cache.prefetch(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
 
     def match_len(self, req: Req) -> int:
         """How many leading tokens of ``req`` are cached (refreshes their LRU stamps; may
@@ -144,7 +145,8 @@ class KVManager(KVViews):
         """The cached prefix ``req`` may use, locked so that it cannot be evicted: the caller
         either ``admit``s the request with it or ``unlock``s it.  With the hierarchical cache the
         part of the match in a lower tier is loaded into the pool first."""
-        self._cache.fetch(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
+        if self._cache.tiered:
+            self._cache.fetch(req.fill_ids[: req.prefix_match_limit()], req.cache_salt)
         slots, node = self._match(req)
         self._cache.inc_lock_ref(node)
         self._admitting = Window(slots, len(slots), len(slots), node)
