@@ -30,10 +30,14 @@ logger = logging.getLogger(__name__)
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
 SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp", "int8_linear.cpp",
-                                                                    "blocked_linear.cpp", "argmax.cpp", "layer_stack.cpp"))
+                                                                    "blocked_linear.cpp", "argmax.cpp", "layer_stack.cpp",
+                                                                    "kv_store.cpp"))
 HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h", "acts_i16.h", "attn_softmax.h",
                                                                     "attn_mods.h", "attn_prefetch.h", "attn_bf16.h",
-                                                                    "blocked_isa.h", "blocked_amx.h", "amx_tiles.h"))
+                                                                    "blocked_isa.h", "blocked_amx.h", "amx_tiles.h",
+                                                                    "kv_packed.h"))
+# kv_format of the native ops (kernels/cpu/kv_packed.h) for each packed pool format
+KV_FORMATS = {None: 0, "int8": 1, "fp8_e4m3": 2, "fp8_e5m2": 3}
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -159,14 +163,15 @@ def reset_for_tests() -> None:
 def paged_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, req_to_token: torch.Tensor,
                     plan, positions: torch.Tensor, scale: float, out: torch.Tensor,
                     parts: Optional[tuple[torch.Tensor, torch.Tensor]] = None, window: int = 0,
-                    softcap: float = 0.0) -> torch.Tensor:
+                    softcap: float = 0.0, kv_format: int = 0) -> torch.Tensor:
     """Run one layer's attention for ``plan`` (a ``radixserve.attention.cpu_plan.CpuAttnPlan``) into ``out``.
     ``parts``: fp32 (part_o [entries, H, D], part_lse [entries, H]) with the plan's dense
     entries filled by the caller (normalized output and log-sum-exp of the scaled scores).
     ``window``: a token at position p sees keys at positions > p - window only (0: no window);
-    ``softcap``: scaled scores s become softcap * tanh(s / softcap) (0: none)."""
+    ``softcap``: scaled scores s become softcap * tanh(s / softcap) (0: none); ``kv_format``:
+    ``KV_FORMATS`` of a pool of packed rows (``mem_cache/kv_quant.py``), 0 for a pool in q's dtype."""
     part_o, part_lse = parts if parts is not None else (None, None)
     torch.ops.radixserve_cpu.paged_attention(q, k_buf, v_buf, req_to_token, plan.tasks, plan.entry_tok, positions,
                                              plan.tok_ptr, plan.tok_entries, float(scale), out, part_o, part_lse,
-                                             int(window), float(softcap))
+                                             int(window), float(softcap), int(kv_format))
     return out

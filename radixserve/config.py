@@ -12,6 +12,7 @@ GrammarBackendName = Literal["outlines", "llguidance"]
 HiCacheWritePolicy = Literal["write_through", "write_back"]
 HiCacheStorage = Literal["none", "file"]
 HiCacheKVDtype = Literal["auto", "int8", "fp8_e4m3"]  # fp8_e5m2 measured under 97% agreement: not offered
+KVCacheDtype = Literal["auto", "bf16", "int8", "fp8_e4m3", "fp8_e5m2"]
 DEFAULT_GRAMMAR_BACKEND: GrammarBackendName = "llguidance"
 
 
@@ -113,6 +114,10 @@ class CacheConfig:
         "per token and head (about 2x the tokens of a bf16 pool in the same bytes; lossy, see "
         "docs/HIERARCHICAL_CACHE.md; default: auto)")})
     hicache_storage_size: float = field(default=8.0, metadata={"help": "disk tier budget in GB (default: 8)"})
+    kv_cache_dtype: KVCacheDtype = field(default="auto", metadata={"help": (
+        "how the KV pool stores keys and values: auto (the model's dtype), bf16, or int8 / fp8_e4m3 / "
+        "fp8_e5m2 with a scale per token and head (more tokens in the same memory; lossy, see "
+        "docs/KV_QUANTIZATION.md; default: auto)")})
 
     @property
     def persists(self) -> bool:
@@ -130,11 +135,20 @@ class CacheConfig:
             raise ValueError("hicache_ratio, hicache_size, hicache_storage_size: must be > 0 (size >= 0)")
         for name, value, options in (("hicache_write_policy", self.hicache_write_policy, HiCacheWritePolicy),
                                      ("hicache_storage_backend", self.hicache_storage_backend, HiCacheStorage),
-                                     ("hicache_kv_dtype", self.hicache_kv_dtype, HiCacheKVDtype)):
+                                     ("hicache_kv_dtype", self.hicache_kv_dtype, HiCacheKVDtype),
+                                     ("kv_cache_dtype", self.kv_cache_dtype, KVCacheDtype)):
             if value not in get_args(options):
                 raise ValueError(f"{name}: must be one of {', '.join(get_args(options))}")
         if self.enable_hierarchical_cache and self.disable_radix_cache:
             raise ValueError("enable_hierarchical_cache: needs the radix cache (drop disable_radix_cache)")
+        if self.kv_quantized and self.hicache_kv_dtype != "auto":
+            raise ValueError("hicache_kv_dtype: a quantized pool (kv_cache_dtype) moves its own packed rows to "
+                             "the host tier; leave hicache_kv_dtype at auto")
+
+    @property
+    def kv_quantized(self) -> bool:
+        """The pool holds quantized rows (``mem_cache/kv_quant.py``)."""
+        return self.kv_cache_dtype not in ("auto", "bf16")
 
     @property
     def tiered(self) -> bool:

@@ -404,7 +404,7 @@ inline void build_tiles_bf16(const Args& a, const int32_t* slots, int64_t kb, in
     for (int j = 0; j < 16; ++j) {
       const int64_t key = kb + 16 * half + j;
       kp[j] = key < kb + n ? kbuf + (int64_t(slots[key]) * a.Hkv + h) * DC : kZeroRow;
-      if (key + KB < kend) prefetch_k_row(a, 2, slots[key + KB], h);
+      if (key + KB < kend) prefetch_k_row(a, slots[key + KB], h);
     }
     if (16 * half >= n) {
       for (int p = 0; p < NP; ++p) kt[2 * p + half] = _mm512_setzero_si512();

@@ -15,32 +15,31 @@
 
 constexpr int64_t PREFETCH_ITEM_KEYS = 2 * KB;  // keys of the next item prefetched ahead
 
-// Every cache line of KV head h's row at pool slot `slot` in `buf` (a.k or a.v; row bytes:
-// D x elem).
-inline void prefetch_head_row(const Args& a, const void* buf, int64_t elem, int64_t slot, int64_t h) {
-  const int64_t bytes = a.D * elem;
+// Every cache line of KV head h's row at pool slot `slot` in `buf` (a.k or a.v; a.row_bytes).
+inline void prefetch_head_row(const Args& a, const void* buf, int64_t slot, int64_t h) {
+  const int64_t bytes = a.row_bytes;
   const char* p = static_cast<const char*>(buf) + (slot * a.Hkv + h) * bytes;
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
 }
 
 // The K and V rows of KV head h at pool slot `slot`.
-inline void prefetch_rows(const Args& a, int64_t elem, int64_t slot, int64_t h) {
-  prefetch_head_row(a, a.k, elem, slot, h);
-  prefetch_head_row(a, a.v, elem, slot, h);
+inline void prefetch_rows(const Args& a, int64_t slot, int64_t h) {
+  prefetch_head_row(a, a.k, slot, h);
+  prefetch_head_row(a, a.v, slot, h);
 }
 
 // The K row alone (the bf16 tiles' next-tile prefetch).  Measured on AMD Zen 4, decode at
 // batch 32 x 300 keys, 30 layers cold, in one run: prefetching the K and V rows ran at 8.6
 // GB/s, K alone at 10.5 (the V rows come in while the tile's Q.K runs).
-inline void prefetch_k_row(const Args& a, int64_t elem, int64_t slot, int64_t h) {
-  prefetch_head_row(a, a.k, elem, slot, h);
+inline void prefetch_k_row(const Args& a, int64_t slot, int64_t h) {
+  prefetch_head_row(a, a.k, slot, h);
 }
 
 // The first keys of an item (KV heads [h0, h0 + nh) of a task): PREFETCH_ITEM_KEYS rows in all.
-inline void prefetch_item(const Args& a, int64_t elem, int64_t task, int64_t h0, int64_t nh) {
+inline void prefetch_item(const Args& a, int64_t task, int64_t h0, int64_t nh) {
   const int32_t* t = a.tasks + task * 5;
   const int32_t* slots = a.r2t + int64_t(t[0]) * a.r2t_stride;
   const int64_t end = std::min<int64_t>(t[2], t[1] + PREFETCH_ITEM_KEYS / nh);
   for (int64_t j = t[1]; j < end; ++j)
-    for (int64_t h = h0; h < h0 + nh; ++h) prefetch_rows(a, elem, slots[j], h);
+    for (int64_t h = h0; h < h0 + nh; ++h) prefetch_rows(a, slots[j], h);
 }

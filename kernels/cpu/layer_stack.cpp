@@ -50,7 +50,7 @@ using RopeStoreSig = void(TRef, TRef, TRef, TRef, at::Tensor, at::Tensor, TRef, 
 using ActMulSig = at::Tensor(TRef);
 using NormHeadsSig = void(at::Tensor, TRef, TRef, int64_t, int64_t, double);
 using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&,
-                          const OptT&, int64_t, double);
+                          const OptT&, int64_t, double, int64_t);
 
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> typed(const char* name) {
@@ -182,7 +182,7 @@ class LayerStack : public torch::CustomClassHolder {
       }
       o.rope_store.call(qkv, positions, cos[r], sin[r], k_bufs_[l], v_bufs_[l], locs[g], q);
       o.attention.call(q, k_bufs_[l], v_bufs_[l], r2ts[g], tasks[g], entry_tok[g], positions, tok_ptr[g],
-                       tok_entries[g], scaling, out, std::nullopt, std::nullopt, windows[g], caps[g]);
+                       tok_entries[g], scaling, out, std::nullopt, std::nullopt, windows[g], caps[g], 0);
       x = linear(lin[1], out.view({tokens, heads_ * dim})).contiguous();
       if (gemma) {  // the attention output is normed before it joins the stream
         x = o.rms.call(x, norms_[2 * l + 1], eps_);

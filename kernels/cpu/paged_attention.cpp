@@ -23,6 +23,7 @@
 
 #include "amx_tiles.h"
 #include "common.h"
+#include "kv_packed.h"
 #include "vec.h"
 
 #include <algorithm>
@@ -37,12 +38,15 @@
 namespace {
 
 constexpr int KB = 32;        // keys per tile
+constexpr int32_t IOTA_SLOTS[KB] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 constexpr int MAX_ROWS = 128;  // query rows (entries x query heads of one KV head) per task
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 std::atomic<int64_t> g_bf16_mode{2};  // Args::bf16_mode, capped by what the build and the OS allow
 std::atomic<int64_t> g_bf16_dot{0};   // Args::bf16_dot (attention_bf16_dot)
 
 using radixserve_cpu::from_f;
+using radixserve_cpu::KV;
 using radixserve_cpu::hsum;
 using radixserve_cpu::i32x16;
 using radixserve_cpu::load16;
@@ -74,6 +78,8 @@ struct Args {
   int64_t bf16_mode;  // bf16 pool: 0 the generic fp32 tiles, 1 the AVX-512 bf16 tiles, 2 those with AMX blocks
   int64_t bf16_dot;   // modes 1-2: blocks not on AMX use AVX512-BF16 dot products
   ScoreMods mods;
+  int64_t row_stride;  // elements of the pool's buffers per (slot, KV head): D, or D + 4 packed bytes
+  int64_t row_bytes;   // bytes of such a row
 };
 
 // Calls fn(r, src, p) for every query row of entries [es, ee) and KV head h (row r = i * G + g
@@ -129,10 +135,14 @@ inline void prefetch_row(const T* p) {
 // The task's keys [ks, kend) for at most DIRECT_ROWS query rows: each K row is read from the
 // pool once and dotted with every query row (a horizontal sum per key and row), each V row is
 // read once and accumulated into every row; nothing is copied into a tile.
-template <typename T, int DC>
-void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slots, int64_t h, int64_t ks,
-                int64_t kend, int64_t rows_p, const float* qf, float* o, float* m, float* l, const int64_t* qpos) {
+template <typename K, int DC>
+void run_direct(const Args& a, const typename KV<K>::E* kbuf, const typename KV<K>::E* vbuf, const int32_t* slots,
+                int64_t h, int64_t ks, int64_t kend, int64_t rows_p, const float* qf, float* o, float* m, float* l,
+                const int64_t* qpos) {
+  using R = KV<K>;
+  using T = typename R::E;
   constexpr int64_t DV = DC / 16;
+  const int64_t RS = a.row_stride;
   alignas(64) float s[DIRECT_ROWS][KB];
   v16 qv[DIRECT_ROWS][DV], acc[DIRECT_ROWS][DV];
   for (int64_t r = 0; r < rows_p; ++r)
@@ -144,17 +154,21 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
     const int64_t n = std::min<int64_t>(KB, kend - kb);
     for (int64_t j = 0; j < n; ++j) {
       if (kb + j + PREFETCH_KEYS < kend) {
-        const int64_t ahead = (int64_t(slots[kb + j + PREFETCH_KEYS]) * a.Hkv + h) * DC;
+        const int64_t ahead = (int64_t(slots[kb + j + PREFETCH_KEYS]) * a.Hkv + h) * RS;
         prefetch_row(kbuf + ahead);
       }
-      prefetch_row(vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC);  // read after this block's softmax
-      const T* kp = kbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC;
+      prefetch_row(vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * RS);  // read after this block's softmax
+      const T* kp = kbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * RS;
       v16 kv[DV];
-      for (int64_t x = 0; x < DV; ++x) kv[x] = load16(kp + 16 * x);
+      for (int64_t x = 0; x < DV; ++x) kv[x] = R::load(kp + 16 * x);
       for (int64_t r = 0; r < rows_p; ++r) {
         v16 d = qv[r][0] * kv[0];
         for (int64_t x = 1; x < DV; ++x) d += qv[r][x] * kv[x];
         s[r][j] = hsum(d);
+      }
+      if constexpr (R::packed) {  // the key's scale multiplies its scores
+        const float sc = R::scale(kp, DC);
+        for (int64_t r = 0; r < rows_p; ++r) s[r][j] *= sc;
       }
     }
     float alpha[DIRECT_ROWS];
@@ -170,11 +184,12 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
       for (int64_t x = 0; x < DV; ++x) acc[r][x] *= alpha[r];
     }
     for (int64_t j = 0; j < n; ++j) {
-      const T* vp = vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * DC;
+      const T* vp = vbuf + (int64_t(slots[kb + j]) * a.Hkv + h) * RS;
       v16 vv[DV];
-      for (int64_t x = 0; x < DV; ++x) vv[x] = load16(vp + 16 * x);
+      for (int64_t x = 0; x < DV; ++x) vv[x] = R::load(vp + 16 * x);
+      const float vsc = R::scale(vp, DC);  // the value's scale multiplies its weights
       for (int64_t r = 0; r < rows_p; ++r) {
-        const float pj = s[r][j];
+        const float pj = R::packed ? s[r][j] * vsc : s[r][j];
         for (int64_t x = 0; x < DV; ++x) acc[r][x] += pj * vv[x];
       }
     }
@@ -188,8 +203,12 @@ void run_direct(const Args& a, const T* kbuf, const T* vbuf, const int32_t* slot
 namespace {
 #include "attn_bf16.h"
 
-template <typename T, int DC>
+// T: the queries' element (float, or uint16_t for bf16); K: the pool's (T itself, or a packed
+// format of kv_packed.h, whose rows are dequantized into the fp32 tiles).
+template <typename T, typename K, int DC>
 void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
+  using R = KV<K>;
+  using E = typename R::E;
   constexpr int64_t DV = DC / 16;  // 16-float vectors per row (DC > 0)
 #ifdef __AVX512F__
   constexpr int64_t RB = DC == 128 ? 2 : 4;  // query rows per register block
@@ -203,12 +222,14 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   const int64_t rows = (ee - es) * G;
   const int64_t rb = DC ? RB : 1;
   const int64_t rows_p = (rows + rb - 1) / rb * rb;
-  const T* kbuf = static_cast<const T*>(a.k);
-  const T* vbuf = static_cast<const T*>(a.v);
+  const E* kbuf = static_cast<const E*>(a.k);
+  const E* vbuf = static_cast<const E*>(a.v);
+  const int64_t RS = a.row_stride;
   float* __restrict qf = ws;                 // [rows_p, D]
   float* __restrict o = qf + MAX_ROWS * D;   // [rows_p, D], unnormalized output
   float* __restrict kt = o + MAX_ROWS * D;   // [D, KB], the key tile transposed
   float* __restrict vt = kt + D * KB;        // [KB, D]
+  float* __restrict kd = vt + KB * D;        // [KB, D]: a packed pool's keys, dequantized, before the transpose
   float m[MAX_ROWS], l[MAX_ROWS];
   int64_t qpos[MAX_ROWS];
   const int64_t maxp = load_queries<T>(a, es, ee, h, D, rows_p, qf, o, m, l, qpos);
@@ -219,7 +240,7 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
   bool kend_done = false;
   if constexpr (DC > 0) {
     if (rows_p <= DIRECT_ROWS) {  // few query rows (decode): read K/V in place, no tiles
-      run_direct<T, DC>(a, kbuf, vbuf, slots, h, kfirst, kend, rows_p, qf, o, m, l, qpos);
+      run_direct<K, DC>(a, kbuf, vbuf, slots, h, kfirst, kend, rows_p, qf, o, m, l, qpos);
       kend_done = true;
     }
   }
@@ -227,27 +248,44 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
     const int64_t n = std::min<int64_t>(KB, kend - kb);
     bool kt_done = false;
 #ifdef RADIXSERVE_ATTN_AVX512
-    if constexpr (DC > 0) {
+    if constexpr (DC > 0 && !R::packed) {
       build_kt<T, DC>(kbuf, slots, kb, n, a.Hkv, h, kt);
       kt_done = true;
     }
 #endif
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t off = (int64_t(slots[kb + j]) * a.Hkv + h) * D;
-      const T* kp = kbuf + off;
-      const T* vp = vbuf + off;
+      const int64_t off = (int64_t(slots[kb + j]) * a.Hkv + h) * RS;
+      const E* kp = kbuf + off;
+      const E* vp = vbuf + off;
       if (kb + j + PREFETCH_KEYS < kend) {
-        const int64_t ahead = (int64_t(slots[kb + j + PREFETCH_KEYS]) * a.Hkv + h) * D;
+        const int64_t ahead = (int64_t(slots[kb + j + PREFETCH_KEYS]) * a.Hkv + h) * RS;
         prefetch_row(kbuf + ahead);
         prefetch_row(vbuf + ahead);
       }
-      if (!kt_done)
-        for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = to_f(kp[d]);
+      const float ksc = R::scale(kp, D), vsc = R::scale(vp, D);
       if constexpr (DC > 0) {
-        for (int64_t x = 0; x < DC / 16; ++x) vstore(vt + j * DC + 16 * x, load16(vp + 16 * x));
+        if constexpr (R::packed) {
+          for (int64_t x = 0; x < DC / 16; ++x) {
+            vstore(kd + j * DC + 16 * x, R::load(kp + 16 * x) * ksc);
+            vstore(vt + j * DC + 16 * x, R::load(vp + 16 * x) * vsc);
+          }
+        } else {
+          for (int64_t x = 0; x < DC / 16; ++x) vstore(vt + j * DC + 16 * x, load16(vp + 16 * x));
+        }
       } else {
-        for (int64_t d = 0; d < D; ++d) vt[j * D + d] = to_f(vp[d]);
+        for (int64_t d = 0; d < D; ++d) vt[j * D + d] = R::at(vp, d) * vsc;
       }
+      if (!kt_done && !(DC > 0 && R::packed))
+        for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = R::at(kp, d) * ksc;
+    }
+    if constexpr (DC > 0 && R::packed) {  // the dequantized keys, transposed as an fp32 pool's
+#ifdef RADIXSERVE_ATTN_AVX512
+      build_kt<float, DC>(kd, IOTA_SLOTS, 0, n, 1, 0, kt);
+      kt_done = true;
+#else
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < D; ++d) kt[d * KB + j] = kd[j * D + d];
+#endif
     }
     for (int64_t j = n; j < KB; ++j) {
       if (!kt_done)
@@ -356,15 +394,16 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
 // the scratch for every KV head at once is one item for all its heads (run_task_bf16: each
 // key's K/V rows of all heads read together), when there are enough tasks to keep the
 // workers busy; otherwise each (task, KV head) is an item.
-template <typename T, int DC>
+template <typename T, typename K, int DC>
 void run_all(const Args& a, int64_t num_tasks) {
+  constexpr bool bf16_pool = std::is_same_v<T, uint16_t> && std::is_same_v<K, uint16_t> && DC > 0;
   const int64_t D = DC ? DC : a.D;
   const int64_t ws_size = 3 * MAX_ROWS * D + 2 * KB * D + 16 * (D + 2 * KB);
   const int64_t G = a.H / a.Hkv;
   const int64_t threads = at::get_num_threads();
   bool bf16_tiles = false;
 #ifdef RADIXSERVE_ATTN_BF16
-  if constexpr (std::is_same_v<T, uint16_t> && DC > 0) bf16_tiles = a.bf16_mode >= 1;
+  if constexpr (bf16_pool) bf16_tiles = a.bf16_mode >= 1;
 #endif
   // items as (task, first KV head, KV heads)
   std::vector<int32_t> items;
@@ -389,24 +428,24 @@ void run_all(const Args& a, int64_t num_tasks) {
     float* ws = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;  // 64-byte aligned
     bool amx = false;
 #ifdef RADIXSERVE_ATTN_AMX
-    if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
+    if constexpr (bf16_pool) {
       amx = a.bf16_mode >= 2 && amx_permitted();
       if (amx) amx_configure();
     }
 #endif
     for (int64_t i = next++, j = 0; i < n; i = j) {
       j = next++;  // claimed now: its first keys load while item i runs
-      if (j < n) prefetch_item(a, sizeof(T), items[3 * j], items[3 * j + 1], items[3 * j + 2]);
+      if (j < n) prefetch_item(a, items[3 * j], items[3 * j + 1], items[3 * j + 2]);
       const int64_t task = items[3 * i], h0 = items[3 * i + 1], nh = items[3 * i + 2];
 #ifdef RADIXSERVE_ATTN_BF16
-      if constexpr (std::is_same_v<T, uint16_t> && DC > 0) {
+      if constexpr (bf16_pool) {
         if (bf16_tiles) {
           run_task_bf16<DC>(a, task, h0, nh, ws, amx, a.bf16_dot != 0);
           continue;
         }
       }
 #endif
-      run_task<T, DC>(a, task, h0, ws);  // nh == 1 here
+      run_task<T, K, DC>(a, task, h0, ws);  // nh == 1 here
     }
 #ifdef RADIXSERVE_ATTN_AMX
     if (amx) _tile_release();
@@ -447,23 +486,40 @@ void merge(const float* part_o, const float* part_lse, const int32_t* tok_ptr, c
   });
 }
 
+template <typename T, typename K>
+void dispatch_dim(const Args& a, int64_t num_tasks) {
+  if (a.D == 64) return run_all<T, K, 64>(a, num_tasks);
+  if (a.D == 128) return run_all<T, K, 128>(a, num_tasks);
+  run_all<T, K, 0>(a, num_tasks);
+}
+
+// T: the queries' element; kv_format (kv_packed.h): the pool's, T itself when exact.
 template <typename T>
-void dispatch(const Args& a, int64_t num_tasks) {
-  if (a.D == 64) return run_all<T, 64>(a, num_tasks);
-  if (a.D == 128) return run_all<T, 128>(a, num_tasks);
-  run_all<T, 0>(a, num_tasks);
+void dispatch(const Args& a, int64_t num_tasks, int64_t kv_format) {
+  using namespace radixserve_cpu;
+  switch (kv_format) {
+    case KV_INT8: return dispatch_dim<T, QInt8>(a, num_tasks);
+    case KV_FP8_E4M3: return dispatch_dim<T, QE4M3>(a, num_tasks);
+    case KV_FP8_E5M2: return dispatch_dim<T, QE5M2>(a, num_tasks);
+    default: return dispatch_dim<T, T>(a, num_tasks);
+  }
 }
 
 void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Tensor& v_buf,
                      const at::Tensor& req_to_token, const at::Tensor& tasks, const at::Tensor& entry_tok,
                      const at::Tensor& positions, const at::Tensor& tok_ptr, const at::Tensor& tok_entries,
                      double scale, at::Tensor out, const c10::optional<at::Tensor>& part_o_in,
-                     const c10::optional<at::Tensor>& part_lse_in, int64_t window, double softcap) {
+                     const c10::optional<at::Tensor>& part_lse_in, int64_t window, double softcap, int64_t kv_format) {
   TORCH_CHECK(q.dim() == 3 && k_buf.dim() == 3 && v_buf.dim() == 3, "q [T,H,D], k/v [S,Hkv,D]");
   TORCH_CHECK(q.is_contiguous() && k_buf.is_contiguous() && v_buf.is_contiguous() && out.is_contiguous(),
               "paged_attention: q, k_buf, v_buf and out must be contiguous");
-  TORCH_CHECK(q.scalar_type() == k_buf.scalar_type() && q.scalar_type() == v_buf.scalar_type() &&
-                  q.scalar_type() == out.scalar_type(), "paged_attention: q, k, v and out share one dtype");
+  TORCH_CHECK(kv_format >= radixserve_cpu::KV_EXACT && kv_format <= radixserve_cpu::KV_FP8_E5M2,
+              "paged_attention: kv_format is 0 (exact), 1 (int8), 2 (fp8_e4m3) or 3 (fp8_e5m2)");
+  const bool packed = kv_format != radixserve_cpu::KV_EXACT;
+  TORCH_CHECK(q.scalar_type() == out.scalar_type() &&
+                  (packed ? k_buf.scalar_type() == at::kByte && v_buf.scalar_type() == at::kByte
+                          : q.scalar_type() == k_buf.scalar_type() && q.scalar_type() == v_buf.scalar_type()),
+              "paged_attention: q and out share one dtype, and the pool's (uint8 packed rows when kv_format > 0)");
   TORCH_CHECK(req_to_token.scalar_type() == at::kInt && req_to_token.stride(1) == 1, "req_to_token: int32 rows");
   TORCH_CHECK(tasks.scalar_type() == at::kInt && tasks.is_contiguous() && tasks.size(1) == 5, "tasks: int32 [n, 5]");
   TORCH_CHECK(entry_tok.scalar_type() == at::kInt && tok_ptr.scalar_type() == at::kInt &&
@@ -471,7 +527,10 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
               "paged_attention: int32 plan, int64 positions");
   TORCH_CHECK(window >= 0 && softcap >= 0.0, "paged_attention: window and softcap are >= 0 (0: none)");
   const int64_t H = q.size(1), D = q.size(2), Hkv = k_buf.size(1);
-  TORCH_CHECK(H % Hkv == 0 && H / Hkv <= MAX_ROWS && k_buf.size(2) == D, "paged_attention: head shapes");
+  const int64_t row_stride = packed ? D + 4 : D;
+  TORCH_CHECK(H % Hkv == 0 && H / Hkv <= MAX_ROWS && k_buf.size(2) == row_stride && v_buf.size(2) == row_stride &&
+                  v_buf.size(1) == Hkv && (!packed || D % 4 == 0),
+              "paged_attention: head shapes (a packed row is head_dim + 4 bytes, head_dim % 4 == 0)");
   const int64_t num_entries = entry_tok.size(0), T = q.size(0), G = H / Hkv;
   TORCH_CHECK(tok_ptr.size(0) == T + 1 && tok_entries.size(0) == num_entries && positions.size(0) == T,
               "paged_attention: plan sizes do not match q");
@@ -506,15 +565,16 @@ void paged_attention(const at::Tensor& q, const at::Tensor& k_buf, const at::Ten
          positions.data_ptr<int64_t>(), part_o.data_ptr<float>(), part_lse.data_ptr<float>(), H, Hkv, D,
          static_cast<float>(scale), g_bf16_mode.load(std::memory_order_relaxed),
          g_bf16_dot.load(std::memory_order_relaxed),
-         ScoreMods{window, static_cast<float>(softcap), softcap > 0.0 ? static_cast<float>(1.0 / softcap) : 0.0f}};
+         ScoreMods{window, static_cast<float>(softcap), softcap > 0.0 ? static_cast<float>(1.0 / softcap) : 0.0f},
+         row_stride, row_stride * int64_t(k_buf.element_size())};
   const int64_t num_tasks = tasks.size(0);
   if (q.scalar_type() == at::kFloat) {
-    dispatch<float>(a, num_tasks);
+    dispatch<float>(a, num_tasks, kv_format);
     merge<float>(a.part_o, a.part_lse, tok_ptr.data_ptr<int32_t>(), tok_entries.data_ptr<int32_t>(),
                  out.data_ptr<float>(), T, H, D);
   } else {
     TORCH_CHECK(q.scalar_type() == at::kBFloat16, "paged_attention: float32 or bfloat16");
-    dispatch<uint16_t>(a, num_tasks);
+    dispatch<uint16_t>(a, num_tasks, kv_format);
     merge<uint16_t>(a.part_o, a.part_lse, tok_ptr.data_ptr<int32_t>(), tok_entries.data_ptr<int32_t>(),
                     reinterpret_cast<uint16_t*>(out.data_ptr()), T, H, D);
   }
@@ -556,10 +616,11 @@ int64_t attention_bf16_dot(int64_t on) {
 }  // namespace
 
 TORCH_LIBRARY(radixserve_cpu, m) {
-  // window: a sliding window of that many keys (0: none); softcap: the logit soft-cap (0: none)
+  // window: a sliding window of that many keys (0: none); softcap: the logit soft-cap (0: none);
+  // kv_format: 0 the pool is in q's dtype, else packed rows (kv_packed.h: 1 int8, 2 fp8_e4m3, 3 fp8_e5m2)
   m.def("paged_attention(Tensor q, Tensor k_buf, Tensor v_buf, Tensor req_to_token, Tensor tasks, Tensor entry_tok, "
         "Tensor positions, Tensor tok_ptr, Tensor tok_entries, float scale, Tensor out, Tensor? part_o, "
-        "Tensor? part_lse, int window=0, float softcap=0.0) -> ()",
+        "Tensor? part_lse, int window=0, float softcap=0.0, int kv_format=0) -> ()",
         &paged_attention);
   m.def("attention_bf16_mode", &attention_bf16_mode);
   m.def("attention_bf16_dot", &attention_bf16_dot);

@@ -19,6 +19,13 @@ are faster than flash attention for such blocks.  That is the default ``DenseRul
 model runner passes the one ``worker/tuning/attention_timing.py`` measured on the machine at hand
 (on an AMD Zen 4 the kernel won both kinds of block in bf16).
 
+A quantized pool (``KVPool.quant``: packed int8/fp8 rows with a scale per token and head) is read
+by the same kernel, which dequantizes each K/V row as it loads it (the key's scale multiplies its
+scores, the value's its weights; fp32 tiles); the new tokens' rows are packed by one native op per
+layer (``store_kv``: ``radixserve_cpu::store_kv_packed``), and flash-attention blocks read the
+prefix dequantized (``KVPool.read_kv``).  Such a pool has no caller-stored K/V (no fused
+rotary-and-store, no layer stack): the model runs the per-module path.
+
 Sliding windows and logit soft-capping (``LayerAttention``) are the kernel's per-call ``window``
 and ``softcap``.  A backend with such layers keeps one plan per (window, soft-capped) of the
 step, built on first use: a window's plan cuts every task to the keys its tokens see (see
@@ -96,7 +103,9 @@ class CpuBackend(AttentionBackend):
         self.dense = dense or self.default_rule(kv_pool)
         if kv_pool.dtype == torch.bfloat16:
             torch.ops.radixserve_cpu.attention_bf16_dot(int(self.dense.bf16_dot))
-        self.caller_stores_kv = kv_pool.dtype  # attend reads K/V from the pool only
+        # attend reads K/V from the pool only; a packed pool is written by store_kv alone
+        self.caller_stores_kv = None if kv_pool.quant else kv_pool.dtype
+        self.kv_format = cpu_native.KV_FORMATS[kv_pool.quant]
 
     @property
     def name(self) -> str:
@@ -154,6 +163,15 @@ class CpuBackend(AttentionBackend):
         plan.dense_slots = [table[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
         return plan
 
+    def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
+        if not self.kv_format:
+            return super().store_kv(layer_id, batch, k, v)
+        pool = self.kv_pool
+        if k.dtype not in SUPPORTED_DTYPES:
+            k, v = k.to(pool.dtype), v.to(pool.dtype)
+        torch.ops.radixserve_cpu.store_kv_packed(k, v, batch.layer_slots(pool, layer_id)[0], pool.k_buffer[layer_id],
+                                                 pool.v_buffer[layer_id], self.kv_format)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
                batch: ForwardBatch) -> torch.Tensor:
         pool = self.kv_pool
@@ -163,7 +181,8 @@ class CpuBackend(AttentionBackend):
         out = torch.empty_like(qc)
         parts = self._dense_parts(qc, layer_id, scaling, batch, plan) if plan.dense else None
         cpu_native.paged_attention(qc, pool.k_buffer[layer_id], pool.v_buffer[layer_id], self._layer_tables(batch, la)[1],
-                                   plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0)
+                                   plan, batch.positions, scaling, out, parts, window, la.logit_softcap or 0.0,
+                                   self.kv_format)
         return out if out.dtype == q.dtype else out.to(q.dtype)
 
     def _sliding(self, la: LayerAttention) -> bool:
@@ -216,7 +235,7 @@ class CpuBackend(AttentionBackend):
         groups, index = self._groups(batch, num_heads)
         general = super().step_attention(batch, num_heads)
         kernel = torch.ops.radixserve_cpu.paged_attention.default
-        k_bufs, v_bufs, positions = pool.k_buffer, pool.v_buffer, batch.positions
+        k_bufs, v_bufs, positions, kv_format = pool.k_buffer, pool.v_buffer, batch.positions, self.kv_format
         out = torch.empty(batch.num_tokens, num_heads, pool.head_dim, dtype=pool.dtype)
         bound = [groups[g] for g in index]
 
@@ -226,7 +245,7 @@ class CpuBackend(AttentionBackend):
                 return general(q, layer_id, scaling)
             _, r2t, tasks, entry_tok, tok_ptr, tok_entries, window, cap = group
             kernel(q, k_bufs[layer_id], v_bufs[layer_id], r2t, tasks, entry_tok, positions, tok_ptr, tok_entries,
-                   scaling, out, None, None, window, cap)
+                   scaling, out, None, None, window, cap, kv_format)
             return out
 
         return attend
@@ -242,8 +261,7 @@ class CpuBackend(AttentionBackend):
         part_lse = torch.empty(num_entries, heads, dtype=torch.float32)
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
         for (_, _, _, e0, toks, causal), slots in zip(plan.dense, plan.dense_slots):
-            k = pool.k_buffer[layer_id].index_select(0, slots).transpose(0, 1)  # [Hkv, S, D]
-            v = pool.v_buffer[layer_id].index_select(0, slots).transpose(0, 1)
+            k, v = (x.transpose(0, 1) for x in pool.read_kv(layer_id, slots))  # [Hkv, S, D]
             n = len(toks)
             qt = q.index_select(0, toks)
             if causal:  # token i sees keys 0..i: one query row per (head, token), K/V repeated per head

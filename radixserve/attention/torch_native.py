@@ -66,7 +66,7 @@ class TorchNativeBackend(AttentionBackend):
     def __init__(self, kv_pool) -> None:
         super().__init__(kv_pool)
         self.compute_dtype = torch.float32 if kv_pool.device.type == "cpu" else kv_pool.dtype
-        self.use_cascade = True
+        self.use_cascade = not kv_pool.quant  # (the cascade reads the buffers' rows as K/V)
         self._windows: frozenset[Optional[int]] = frozenset()  # the masks of the non-plain layers
         self._some_plain = True  # whether a layer may take the cascade path
 
@@ -158,8 +158,9 @@ class TorchNativeBackend(AttentionBackend):
         else:
             hkv = pool.num_kv_heads
             index = b.swa_kv_index if pool.is_sliding[layer_id] else b.kv_index
-            keys = k_buf.index_select(0, index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
-            vals = v_buf.index_select(0, index).to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
+            keys, vals = pool.read_kv(layer_id, index)  # (a quantized pool's rows dequantized)
+            keys = keys.to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
+            vals = vals.to(cd).view(b.size, b.max_len, hkv, d).transpose(1, 2)
             mask = b.masks[la.sliding_window]
             if la.logit_softcap is not None:
                 out = _softcapped(qp.transpose(1, 2), keys, vals, mask, scaling, la.logit_softcap).transpose(1, 2)

@@ -51,19 +51,31 @@ def sliding_plan(layers: list[LayerAttention], cache_cfg: CacheConfig, context_l
     return (sliding, window) if window + _MARGIN < context_len else ((), 0)
 
 
+def pool_dtype(cache_cfg: CacheConfig, model_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the pool takes and gives K/V in: the model's, or bf16 for ``kv_cache_dtype=bf16``."""
+    return torch.bfloat16 if cache_cfg.kv_cache_dtype == "bf16" else model_dtype
+
+
+def pool_quant(cache_cfg: CacheConfig) -> Optional[str]:
+    """The pool's packed format (``mem_cache/kv_quant.py``), None for an exact pool."""
+    return cache_cfg.kv_cache_dtype if cache_cfg.kv_quantized else None
+
+
 def kv_layout(config: Any, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig, dtype: torch.dtype,
               device: torch.device, kv_shape: tuple[int, int, bool], context_len: int,
               sliding: tuple[int, ...] = (), window: int = 0, free_bytes: Optional[int] = None) -> KVLayout:
     """The pool sizes (slot 0 included in each); ``kv_shape``: the model's ``kv_cache_shape()``
-    on this rank (heads, head_dim, shared K/V); ``sliding``/``window``: ``sliding_plan``'s."""
+    on this rank (heads, head_dim, shared K/V); ``sliding``/``window``: ``sliding_plan``'s; ``dtype``:
+    ``pool_dtype``'s (a quantized pool's bytes come from ``cache_cfg.kv_cache_dtype``)."""
     heads, head_dim, shared = kv_shape
     layers = config.num_hidden_layers
     ratio = cache_cfg.swa_full_tokens_ratio if sliding else 0.0
     if cache_cfg.max_total_tokens:
         num_slots = int(cache_cfg.max_total_tokens) + 1
     else:
-        full = KVPool.bytes_per_slot(layers - len(sliding), heads, head_dim, dtype, shared)
-        swa = KVPool.bytes_per_slot(len(sliding), heads, head_dim, dtype, shared)
+        quant = pool_quant(cache_cfg)
+        full = KVPool.bytes_per_slot(layers - len(sliding), heads, head_dim, dtype, shared, quant)
+        swa = KVPool.bytes_per_slot(len(sliding), heads, head_dim, dtype, shared, quant)
         budget = int((free_memory_bytes(device) if free_bytes is None else free_bytes) * cache_cfg.mem_fraction_static)
         num_slots = max(2, int(budget // max(1.0, full + swa * ratio)))
     if not sliding:

@@ -27,7 +27,7 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
-from radixserve.worker.kv_sizing import kv_layout, sliding_plan
+from radixserve.worker.kv_sizing import kv_layout, pool_dtype, pool_quant, sliding_plan
 from radixserve.worker.tuning import attention_timing
 from radixserve.worker.tuning.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
@@ -69,16 +69,21 @@ class ModelRunner:
         layers = self.model.layer_attention()
         sliding, window = sliding_plan(layers, cache_cfg, self.context_len,
                                        sliding_pool_supported(cache_cfg.attention_backend))
-        layout_kv = kv_layout(self.config, cache_cfg, sched_cfg, self.dtype, self.device, kv_shape,
+        kv_dtype = pool_dtype(cache_cfg, self.dtype)
+        if cache_cfg.kv_quantized and kv_shape[2]:
+            raise ValueError("kv_cache_dtype: this model's multi-head latent attention keeps one compressed KV "
+                             "per token; a quantized pool is not offered for it (use auto or bf16)")
+        layout_kv = kv_layout(self.config, cache_cfg, sched_cfg, kv_dtype, self.device, kv_shape,
                               self.context_len, sliding, window)  # after the weights
         num_slots = self.tp.min_int(layout_kv.num_slots)
         if num_slots != layout_kv.num_slots:  # ranks agree on the smallest (the sliding pool follows)
             layout_kv = kv_layout(self.config, replace(cache_cfg, max_total_tokens=num_slots - 1), sched_cfg,
-                                  self.dtype, self.device, kv_shape, self.context_len, sliding, window)
+                                  kv_dtype, self.device, kv_shape, self.context_len, sliding, window)
         self.kv_layout = layout_kv
         kv_heads, head_dim, shared = kv_shape
-        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, kv_heads, head_dim, self.dtype,
-                              self.device, shared, layout_kv.sliding_layers, layout_kv.num_swa_slots)
+        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, kv_heads, head_dim, kv_dtype,
+                              self.device, shared, layout_kv.sliding_layers, layout_kv.num_swa_slots,
+                              pool_quant(cache_cfg))
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
         # the sliding layers' request->slot table, filled beside req_to_token (a hybrid pool only)
         self.swa_table = torch.zeros_like(self.req_to_token.table) if self.kv_pool.hybrid else None

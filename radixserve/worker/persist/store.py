@@ -50,10 +50,14 @@ def _weights_identity(hf_dir: str) -> list[list[Any]]:
 def fingerprint(config: Any, hf_dir: str, pool: KVPool, quantization: str, page_size: int) -> dict[str, Any]:
     """What must match for a file's KV to be valid in this worker (compared as a whole)."""
     cfg = {k: v for k, v in config.to_dict().items() if k not in _CONFIG_NOISE}
-    return {"config_sha256": hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest(),
-            "weights": _weights_identity(hf_dir), "dtype": str(pool.dtype).removeprefix("torch."),
-            "quantization": quantization, "num_layers": pool.num_layers, "num_kv_heads": pool.num_kv_heads,
-            "head_dim": pool.head_dim, "page_size": page_size}
+    fp = {"config_sha256": hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest(),
+          "weights": _weights_identity(hf_dir), "dtype": str(pool.store_dtype).removeprefix("torch."),
+          "quantization": quantization, "num_layers": pool.num_layers, "num_kv_heads": pool.num_kv_heads,
+          "head_dim": pool.row_width, "page_size": page_size}
+    if pool.quant:  # the file's rows are the pool's packed rows (dtype uint8, head_dim + 4 bytes each)
+        fp["kv_cache_dtype"] = pool.quant
+        fp["kv_dtype"] = str(pool.dtype).removeprefix("torch.")
+    return fp
 
 
 class PrefixStore:

@@ -32,7 +32,8 @@ def _idx(a: Optional[np.ndarray], device: torch.device) -> torch.Tensor:
 
 def host_slot_bytes(pools: Sequence[KVPool], kind: str = "auto") -> int:
     """Bytes a token takes in the host tier over every pool (K and V of every layer)."""
-    return sum(p.num_layers * (1 if p.shared_kv else 2) * HostRows.slot_bytes(p.num_kv_heads, p.head_dim, p.dtype, kind)
+    return sum(p.num_layers * (1 if p.shared_kv else 2) *
+               HostRows.slot_bytes(p.num_kv_heads, p.row_width, p.store_dtype, "auto" if p.quant else kind)
                for p in pools)
 
 
@@ -47,7 +48,9 @@ class TierStore:
             pin = pool.device.type == "cuda"
 
             def rows() -> HostRows:
-                return HostRows(host_slots, pool.num_kv_heads, pool.head_dim, pool.dtype, kind, pin)
+                # a packed pool's rows are kept as they are (codes and scales)
+                return HostRows(host_slots, pool.num_kv_heads, pool.row_width, pool.store_dtype,
+                                "auto" if pool.quant else kind, pin)
 
             k = [rows() for _ in range(pool.num_layers)]
             self.host_k.append(k)
@@ -92,7 +95,7 @@ class TierStore:
             return False
         if m.kind == "host_to_disk":
             src = _idx(m.src, torch.device("cpu"))
-            k = [t.get(src) for t in self.host_k[0]]  # blocks hold the pool's dtype (dequantized)
+            k = [t.get(src) for t in self.host_k[0]]  # blocks hold the pool's rows (dequantized from the host form)
             v = [t.get(src) for t in self.host_v[0]]
             self.blocks.write(m.block, np.asarray(m.tokens, dtype=np.int64), m.salt, (k, v))
             return True
@@ -103,9 +106,9 @@ class TierStore:
                 return False
             dst = _idx(m.dst, pool.device)
             for layer in range(pool.num_layers):
-                pool.k_buffer[layer].index_copy_(0, dst, rows[0][layer].to(pool.device, pool.dtype))
+                pool.k_buffer[layer].index_copy_(0, dst, rows[0][layer].to(pool.device, pool.store_dtype))
                 if not pool.shared_kv:
-                    pool.v_buffer[layer].index_copy_(0, dst, rows[1][layer].to(pool.device, pool.dtype))
+                    pool.v_buffer[layer].index_copy_(0, dst, rows[1][layer].to(pool.device, pool.store_dtype))
             return True
         if m.kind == "drop_block":
             self.blocks.drop(m.block)
