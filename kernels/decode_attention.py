@@ -14,11 +14,13 @@ Stage 2, grid (B, H): merges the non-empty splits by their log-sum-exp.
 
 A layer's sliding window ``W`` restricts the context to its last ``W`` positions (the one
 query sits at the last), which the splits then cut; a logit cap ``c`` maps the scaled scores
-to ``c * tanh(s / c)`` (``_attn_mods``).
+to ``c * tanh(s / c)`` (``_attn_mods``).  A quantized pool (``kv_quant``: packed rows,
+``_utils.KV_FORMATS``) is read through the dequantizing tile loader ``_utils._paged_kv_tile_q``.
 
 Layout:
   * ``q`` ``[B, H, D]`` (token/head strides free, last dim contiguous), fp32/fp16/bf16.
-  * ``k_buffer``/``v_buffer`` ``[S, Hkv, D]`` one pool layer (cast to q's dtype on load).
+  * ``k_buffer``/``v_buffer`` ``[S, Hkv, D]`` one pool layer (cast to q's dtype on load), or
+    uint8 ``[S, Hkv, D + 4]`` packed rows (dequantized to q's dtype on load).
   * ``req_to_token`` int32 ``[R, C]``; ``req_pool_indices``, ``seq_lens`` int ``[B]``
     (seq_lens >= 1); ``num_kv_splits`` int32 ``[B]`` in ``[1, max_kv_splits]``.
   * ``attn_logits`` fp32 ``[B, H, max_kv_splits, D]``, ``attn_lse`` fp32
@@ -32,7 +34,8 @@ import triton
 import triton.language as tl
 
 from radixserve.kernels._attn_mods import _attend_paged_mod, mod_args
-from radixserve.kernels._utils import _attend_paged, dot_flags, next_pow2
+from radixserve.kernels._utils import _attend_paged, dot_flags, kv_format, next_pow2, scale_view
+from radixserve.kernels.extend_attention import _attend_paged_q
 
 
 @triton.jit
@@ -51,7 +54,7 @@ def _split_range(seq_len, num_splits, split, window, WINDOW: tl.constexpr):
 
 @triton.jit
 def _decode_stage1_kernel(
-    Q, KBuf, VBuf, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, AttOut, AttLse,
+    Q, KBuf, VBuf, KScl, VScl, ReqToToken, ReqPoolIdx, SeqLens, NumSplits, AttOut, AttLse,
     sm_scale, window, logit_cap,
     stride_qb, stride_qh, stride_kbt, stride_kbh, stride_vbt, stride_vbh, stride_rr,
     stride_ab, stride_ah, stride_as, stride_lb, stride_lh,
@@ -59,6 +62,7 @@ def _decode_stage1_kernel(
     KV_GROUP: tl.constexpr, HEAD_BLOCKS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr, IEEE: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+    KV_FORMAT: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1) // HEAD_BLOCKS
@@ -84,7 +88,13 @@ def _decode_stage1_kernel(
     m_i = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
-    if SOFTCAP:  # the window is the split range already: no mask per row
+    if KV_FORMAT != 0:  # the one query sits at the last position; the window is the split range already
+        q_pos = tl.zeros([BLOCK_H], dtype=tl.int32) + (seq_len - 1)
+        m_i, l_i, acc = _attend_paged_q(q, q_pos, m_i, l_i, acc, ReqToToken + req * stride_rr, start, end, end,
+                                        KBuf, VBuf, KScl, VScl, kvh, offs_d, mask_d, stride_kbt, stride_kbh,
+                                        stride_vbt, stride_vbh, D, sm_scale, window, logit_cap, BLOCK_N, UPCAST,
+                                        IEEE, False, SOFTCAP, KV_FORMAT)
+    elif SOFTCAP:  # the window is the split range already: no mask per row
         m_i, l_i, acc = _attend_paged_mod(q, offs_g, m_i, l_i, acc, ReqToToken + req * stride_rr, start, end, end,
                                           KBuf, VBuf, kvh, offs_d, mask_d, stride_kbt, stride_kbh, stride_vbt,
                                           stride_vbh, sm_scale, window, logit_cap, BLOCK_N, UPCAST, IEEE, False, True)
@@ -162,6 +172,7 @@ def decode_attention_fwd(
     block_h: int = 16,
     sliding_window: int | None = None,
     logit_cap: float | None = None,
+    kv_quant: str | None = None,
 ) -> torch.Tensor:
     """Write the decode attention of ``q [B, H, D]`` into ``out [B, H, D]`` and return it.
 
@@ -170,7 +181,8 @@ def decode_attention_fwd(
     shared memory).  Block sizes are powers of two; ``tl.dot`` on a GPU needs
     ``block_h, block_n >= 16`` (block_h is a tile size: smaller groups are masked).
     ``sliding_window`` (>= 1) and ``logit_cap`` (> 0): the layer's window and soft-cap (None:
-    none); under a window the splits cut the last ``sliding_window`` positions.
+    none); under a window the splits cut the last ``sliding_window`` positions.  ``kv_quant``
+    (int8, fp8_e4m3, fp8_e5m2; None: an exact pool): the buffers hold packed rows.
     """
     batch, num_heads, head_dim = q.shape
     if batch == 0:
@@ -179,6 +191,7 @@ def decode_attention_fwd(
     assert num_heads % num_kv_heads == 0, (num_heads, num_kv_heads)
     assert out.shape == q.shape and out.stride(-1) == 1
     assert req_to_token.stride(-1) == 1 and k_buffer.stride(-1) == 1 and v_buffer.stride(-1) == 1
+    fmt = kv_format(kv_quant, (k_buffer, v_buffer), head_dim)
     if q.stride(-1) != 1:
         q = q.contiguous()
     if attn_logits is None or attn_lse is None:
@@ -193,7 +206,8 @@ def decode_attention_fwd(
     upcast, ieee = dot_flags(q.dtype, _decode_stage1_kernel)
     window, cap, has_window, has_cap = mod_args(sliding_window, logit_cap)
     _decode_stage1_kernel[(batch, num_kv_heads * head_blocks, max_kv_splits)](
-        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits,
+        q, k_buffer, v_buffer, scale_view(k_buffer, fmt), scale_view(v_buffer, fmt),
+        req_to_token, req_pool_indices, seq_lens, num_kv_splits,
         attn_logits, attn_lse,
         float(scaling), window, cap,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1),
@@ -203,7 +217,7 @@ def decode_attention_fwd(
         head_dim,
         KV_GROUP=group, HEAD_BLOCKS=head_blocks,
         BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_N=block_n,
-        UPCAST=upcast, IEEE=ieee, WINDOW=has_window, SOFTCAP=has_cap,
+        UPCAST=upcast, IEEE=ieee, WINDOW=has_window, SOFTCAP=has_cap, KV_FORMAT=fmt,
         num_warps=4, num_stages=2,
     )
     _decode_stage2_kernel[(batch, num_heads)](

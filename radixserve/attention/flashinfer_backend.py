@@ -79,7 +79,12 @@ class FlashInferBackend(AttentionBackend):
     supported_features = frozenset({"sliding_window", "logit_softcap"})
 
     def __init__(self, kv_pool, workspace_bytes: int = WORKSPACE_BYTES) -> None:
+        """Raises ValueError for a quantized pool (``kv_pool.quant``): FlashInfer's paged KV takes
+        one scale per tensor, a quantized pool has one per token and head."""
         super().__init__(kv_pool)
+        if kv_pool.quant:
+            raise ValueError("attention_backend: the flashinfer backend does not read a quantized KV pool "
+                             "(per-token scales); use triton")
         try:
             import flashinfer
         except ImportError as e:  # pragma: no cover - depends on the install

@@ -38,7 +38,9 @@ def _backend_class(name: str) -> type[AttentionBackend]:
 
 def _auto(kv_pool: KVPool, device: torch.device, needed: frozenset[str]) -> str:
     """The best backend here that computes every feature in ``needed``."""
-    if device.type == "cuda":
+    if device.type == "cuda" and kv_pool.quant:
+        candidates = ["triton"]  # flashinfer does not read per-token scales
+    elif device.type == "cuda":
         try:
             import flashinfer  # noqa: F401
 
@@ -65,10 +67,11 @@ def create_attention_backend(name: str, kv_pool: KVPool, device: torch.device, c
                              layers: Optional[list[LayerAttention]] = None) -> AttentionBackend:
     """Resolve ``--attention-backend`` (auto|cpu|torch_native|triton|flashinfer) to an instance.
 
-    auto: flashinfer on CUDA when it is installed, triton on CUDA otherwise; on the CPU the
-    native kernel (``cpu``) when it builds here and supports the pool's dtype, else
-    torch_native (the kernel's loader has logged one warning saying why); of those, the first
-    that supports every feature ``layers`` needs.  ``cpu_dense``: the cpu backend's
+    auto: flashinfer on CUDA when it is installed and the pool is exact (not ``kv_pool.quant``:
+    flashinfer reads no per-token scales), triton on CUDA otherwise; on the CPU the native
+    kernel (``cpu``) when it builds here and supports the pool's dtype, else torch_native (the
+    kernel's loader has logged one warning saying why); of those, the first that supports every
+    feature ``layers`` needs.  ``cpu_dense``: the cpu backend's
     ``DenseRule``, or a callable taking the pool and returning one (called only when that
     backend is chosen); None: its default.  ``layers``: each layer's ``LayerAttention`` (the
     model's ``layer_attention()``), declared to the backend; a backend named explicitly that

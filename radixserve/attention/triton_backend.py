@@ -15,6 +15,12 @@ Sliding windows and logit soft-capping (``LayerAttention``) are the kernels' own
 ``sliding_window`` / ``logit_cap`` arguments, per layer.  In DECODE mode a window's layers cut
 their last ``W`` positions into splits, so their split counts come from ``min(seq_len, W)``
 (computed once per step and window).
+
+A quantized pool (``kv_pool.quant``: packed rows of codes and a scale per token and head,
+``mem_cache/kv_quant.py``) is passed to the kernels as ``kv_quant``: the store packs the rows, the
+attention kernels dequantize them on load (the extend kernel then reads the new tokens from the
+pool too).  q, k, v and the output are in the model's dtype, ``kv_pool.dtype``.
+``caller_stores_kv`` stays None: no caller writes K/V into the pool itself.
 """
 from __future__ import annotations
 
@@ -88,7 +94,8 @@ class TritonBackend(AttentionBackend):
 
     def store_kv(self, layer_id: int, batch: ForwardBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         pool = self.kv_pool
-        self._k.store_kv(k, v, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.layer_slots(pool, layer_id)[0])
+        self._k.store_kv(k, v, pool.k_buffer[layer_id], pool.v_buffer[layer_id], batch.layer_slots(pool, layer_id)[0],
+                         kv_quant=pool.quant)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, scaling: float,
                batch: ForwardBatch) -> torch.Tensor:
@@ -115,7 +122,7 @@ class TritonBackend(AttentionBackend):
                 splits, self.max_kv_splits, scaling,
                 attn_logits=meta.attn_logits, attn_lse=meta.attn_lse,
                 block_n=self.decode_block_n, block_h=self.decode_block_h,
-                sliding_window=la.sliding_window, logit_cap=la.logit_softcap,
+                sliding_window=la.sliding_window, logit_cap=la.logit_softcap, kv_quant=self.kv_pool.quant,
             )
             return out
         self._k.extend_attention_fwd(
@@ -124,6 +131,6 @@ class TritonBackend(AttentionBackend):
             batch.extend_prefix_lens, batch.extend_seq_lens, batch.extend_start_loc,
             meta.max_extend_len, scaling,
             block_m=self.extend_block_m, block_n=self.extend_block_n,
-            sliding_window=la.sliding_window, logit_cap=la.logit_softcap,
+            sliding_window=la.sliding_window, logit_cap=la.logit_softcap, kv_quant=self.kv_pool.quant,
         )
         return out

@@ -91,3 +91,23 @@ def test_refusals(tiny_dir):
     with pytest.raises(ValueError, match="hicache_kv_dtype"):
         CacheConfig(kv_cache_dtype="int8", enable_hierarchical_cache=True, hicache_kv_dtype="fp8_e4m3")
     assert dataclasses.replace(CacheConfig(), kv_cache_dtype="bf16").kv_quantized is False
+
+
+def test_speculation_and_retraction(tiny_dir):
+    """Speculative verification writes and reads the drafted tokens' packed rows; a retracted
+    request's rows stay cached and are read back: the greedy output is the plain decode's."""
+    prompts = [PROMPTS[i][:60] for i in range(4)]
+    params = {**GREEDY, "max_new_tokens": 40}
+    plain = make_engine(tiny_dir, kv_cache_dtype="int8")
+    want = [o["output_ids"] for o in plain.generate(input_ids=prompts, sampling_params=params)]
+    plain.shutdown()
+    eng = make_engine(tiny_dir, kv_cache_dtype="int8", speculative_algorithm="ngram")
+    assert [o["output_ids"] for o in eng.generate(input_ids=prompts, sampling_params=params)] == want
+    eng.check_invariants()
+    eng.shutdown()
+    eng = make_engine(tiny_dir, kv_cache_dtype="int8", max_total_tokens=240, chunked_prefill_size=32,
+                      new_token_ratio=0.05)
+    assert [o["output_ids"] for o in eng.generate(input_ids=prompts, sampling_params=params)] == want
+    assert eng.stats()["retractions"] > 0
+    eng.check_invariants()
+    eng.shutdown()

@@ -49,3 +49,25 @@ def test_tiers_over_http(tiny_dir, tmp_path):
             assert info["enable_hierarchical_cache"] and info["hicache_write_policy"] == "write_back"
     finally:
         srv.stop()
+
+
+def test_quantized_pool_over_http(tiny_dir, tmp_path):
+    """``--kv-cache-dtype`` with the tiers: a prefix back from the host tier answers as computed;
+    ``/get_server_info`` names the pool's form and its bytes a token (tiny model: 2 layers x K, V x
+    2 KV heads x (16 + 4) bytes)."""
+    srv = ServerHandle(tiny_dir, "--max-total-tokens", "450", "--kv-cache-dtype", "fp8_e4m3",
+                       "--enable-hierarchical-cache", "--hicache-write-policy", "write_back").wait_ready()
+    try:
+        with srv.client() as c:
+            def gen(i: int) -> dict:
+                r = c.post("/generate", json={"input_ids": _ids(i), "sampling_params": GREEDY}).raise_for_status()
+                return r.json()
+
+            first = {i: gen(i)["output_ids"] for i in range(4)}  # 0 and 1 leave the pool for the host tier
+            again = gen(0)
+            assert again["output_ids"] == first[0] and again["meta_info"]["cached_tokens"] == 199
+            info = c.get("/get_server_info", params={"check_invariants": True}).raise_for_status().json()
+            assert info["scheduler"]["invariants_ok"] and info["scheduler"]["host_hit_tokens"] >= 199
+            assert info["kv_cache_dtype"] == "fp8_e4m3" and info["worker"]["kv_bytes_per_slot"] == 2 * 2 * 2 * 20
+    finally:
+        srv.stop()
