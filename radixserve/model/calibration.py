@@ -132,15 +132,18 @@ def model_fingerprint(hf_dir: str) -> str:
     return h.hexdigest()[:16]
 
 
-def teacher_forced_logits(model: nn.Module, seqs: list[list[int]]) -> torch.Tensor:
+def teacher_forced_logits(model: nn.Module, seqs: list[list[int]], pool_dtype: Optional[torch.dtype] = None,
+                          kv_quant: Optional[str] = None) -> torch.Tensor:
     """fp32 logits ``[sum(len), vocab]`` at every position of ``seqs``, run as one extend step
-    over a KV pool of their own (on the model's device)."""
+    over a KV pool of their own (on the model's device; in ``pool_dtype``, default the model's,
+    packed as ``kv_quant`` when given: ``mem_cache/kv_quant.py``)."""
     cfg = model.config
     device = model.embed_tokens.weight.device
     lens = [len(s) for s in seqs]
     n = sum(lens)
     kv_heads, head_dim, shared = model.kv_cache_shape()
-    pool = KVPool(n + 1, cfg.num_hidden_layers, kv_heads, head_dim, model.embed_tokens.weight.dtype, device, shared)
+    pool = KVPool(n + 1, cfg.num_hidden_layers, kv_heads, head_dim, pool_dtype or model.embed_tokens.weight.dtype,
+                  device, shared, quant=kv_quant)
     table = torch.zeros(len(seqs), max(lens), dtype=torch.int32, device=device)
     slots = torch.arange(1, n + 1, device=device)
     lens_t = torch.tensor(lens, device=device)

@@ -28,7 +28,7 @@ from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
 from radixserve.worker.kv_sizing import kv_layout, pool_dtype, pool_quant, sliding_plan
-from radixserve.worker.tuning import attention_timing
+from radixserve.worker.tuning import attention_timing, kv_accuracy
 from radixserve.worker.tuning.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
@@ -73,6 +73,9 @@ class ModelRunner:
         if cache_cfg.kv_quantized and kv_shape[2]:
             raise ValueError("kv_cache_dtype: this model's multi-head latent attention keeps one compressed KV "
                              "per token; a quantized pool is not offered for it (use auto or bf16)")
+        # a lossy pool form must keep this model's predictions (ranks measure alike, uncached, in step)
+        kv_accuracy.check_pool_form(self.model, hf_dir, cache_cfg, self.dtype, kv_dtype,
+                                    None if self.tp.size == 1 else "")
         layout_kv = kv_layout(self.config, cache_cfg, sched_cfg, kv_dtype, self.device, kv_shape,
                               self.context_len, sliding, window)  # after the weights
         num_slots = self.tp.min_int(layout_kv.num_slots)

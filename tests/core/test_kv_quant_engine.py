@@ -111,3 +111,35 @@ def test_speculation_and_retraction(tiny_dir):
     assert eng.stats()["retractions"] > 0
     eng.check_invariants()
     eng.shutdown()
+
+
+def test_lossy_form_checked_per_model(tmp_path, monkeypatch):
+    """A lossy pool form is measured once per model (then cached) and refused below the bar with
+    its numbers; an exact pool is not measured."""
+    from radixserve.worker.tuning import kv_accuracy
+
+    calls = []
+    rate = {"value": 0.99}
+
+    def fake_measure(model, hf_dir, pool_dtype, kind):
+        calls.append((pool_dtype, kind))
+        return rate["value"], 1327
+
+    class Model:
+        def kv_cache_shape(self):
+            return 3, 64, False
+
+    monkeypatch.setattr(kv_accuracy, "measure", fake_measure)
+    monkeypatch.setattr(kv_accuracy.calibration, "model_fingerprint", lambda hf_dir: "fp-" + hf_dir)
+    cache = str(tmp_path / "kv_accuracy.json")
+    check = kv_accuracy.check_pool_form
+    assert check(Model(), "m", CacheConfig(), torch.float32, torch.float32, cache) is None and not calls
+    assert check(Model(), "m", CacheConfig(kv_cache_dtype="int8"), torch.float32, torch.float32, cache) == (0.99, 1327)
+    assert check(Model(), "m", CacheConfig(kv_cache_dtype="int8"), torch.float32, torch.float32, cache) == (0.99, 1327)
+    assert calls == [(torch.float32, "int8")]  # the second start read the cache
+    rate["value"] = 0.972  # lower bound 96.4% over 1,327 positions
+    with pytest.raises(ValueError, match=r"kv_cache_dtype: fp8_e4m3 is not offered.*97\.20% of 1327.*or int8"):
+        check(Model(), "m", CacheConfig(kv_cache_dtype="fp8_e4m3"), torch.float32, torch.float32, cache)
+    rate["value"] = 0.997  # bf16 under an fp32 model is lossy too: measured, with no packing
+    assert check(Model(), "m", CacheConfig(kv_cache_dtype="bf16"), torch.float32, torch.bfloat16, cache) == (0.997, 1327)
+    assert calls[-1] == (torch.bfloat16, None)
