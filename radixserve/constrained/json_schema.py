@@ -13,8 +13,8 @@ do not validate.  Contract of ``schema_to_regex(schema_json, whitespace)``:
   ``contains``, ``minProperties``/``maxProperties``, ``patternProperties``,
   ``propertyNames``, ``dependentRequired``/``dependentSchemas``/``dependencies``,
   ``unevaluated*``, ``allOf`` with several entries, ``pattern`` together with a length
-  bound, bounds on a multi-type node, ``oneOf`` with several entries (outlines-core
-  compiles it as ``anyOf``: an output valid under two branches would not validate);
+  bound, bounds on a multi-type node, ``oneOf`` whose branches are not proven disjoint
+  (``one_of.py``; proven ones compile as ``anyOf``, which then means the same);
   outlines' own errors (``not``, ``if``, unknown ``format``...) are passed on.
 - an empty subschema (``{}``, or annotations only: "any value") below the root is refused:
   outlines-core's regex for it leaves its alternation ungrouped, so inside an object it
@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import math
 from typing import Any, Optional
+
+from radixserve.constrained import one_of
 
 FRACTION_DIGITS = 10
 _PH = "RXSPH{}Q7Z"  # placeholder const: no regex metacharacters, never a real value
@@ -111,8 +113,9 @@ def number_regex(lo: Optional[float], hi: Optional[float], elo: bool, ehi: bool)
 
 
 class _Rewriter:
-    def __init__(self) -> None:
+    def __init__(self, root: Any = None) -> None:
         self.subs: dict[str, str] = {}
+        self.root = root
 
     def bad(self, path: str, what: str) -> None:
         raise ValueError(f"{what} (at {path or '#'}) cannot be enforced by constrained generation")
@@ -122,8 +125,11 @@ class _Rewriter:
             return node
         if path and not set(node) - _ANNOTATIONS:  # "any value": outlines-core's regex for {} is ungrouped
             self.bad(path, "an empty subschema (any JSON value; use --grammar-backend llguidance)")
-        if isinstance(node.get("oneOf"), list) and len(node["oneOf"]) > 1:
-            self.bad(path, "'oneOf' with several subschemas (outlines-core compiles it as anyOf)")
+        one = node.get("oneOf")
+        if isinstance(one, list) and len(one) > 1:
+            pair = one_of.first_overlap(one, one, self.root)
+            if pair is not None or "anyOf" in node:
+                self.bad(path, f"'oneOf' whose branches {pair or ''} may overlap (outlines-core compiles it as anyOf)")
         for k in _REJECT & node.keys():
             self.bad(path, f"'{k}'")
         if node.get("uniqueItems") is True:
@@ -146,6 +152,8 @@ class _Rewriter:
                 out[k] = [self.walk(v, f"{path}/{k}/{i}") for i, v in enumerate(node[k])]
         if any(b in node for b in _BOUNDS) and "enum" not in node and "const" not in node:
             return self.bounded(node, path)
+        if isinstance(one, list) and len(one) > 1:  # proven disjoint above: anyOf means the same
+            out["anyOf"] = out.pop("oneOf")
         return out
 
     def bounded(self, node: dict, path: str) -> dict:
@@ -184,8 +192,9 @@ class _Rewriter:
 def schema_to_regex(schema_json: str, whitespace: str) -> str:
     from outlines_core.json_schema import build_regex_from_schema
 
-    rw = _Rewriter()
-    schema = rw.walk(json.loads(schema_json), "")
+    root = json.loads(schema_json)
+    rw = _Rewriter(root)
+    schema = rw.walk(root, "")
     regex = build_regex_from_schema(json.dumps(schema), whitespace)
     for ph, rx in rw.subs.items():
         regex = regex.replace(f'"{ph}"', rx)

@@ -36,6 +36,8 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from radixserve.constrained import formats, one_of
+
 FIELD = {"regex": "regex", "json": "json_schema", "choices": "choices", "ebnf": "ebnf"}
 
 
@@ -95,13 +97,15 @@ def _all_of_refs(schema: Any) -> set:
 
 def tighten(schema: Any) -> Any:
     """A copy of the schema, tightened as the module docstring says (definitions that an
-    ``allOf`` refers to are left open, like ``allOf`` branches)."""
-    return close_objects(schema, False, frozenset(_all_of_refs(schema)), "#")
+    ``allOf`` refers to are left open, like ``allOf`` branches), with every ``oneOf`` proven
+    disjoint compiled as ``anyOf`` (``one_of.py``; ValueError naming the branches otherwise)."""
+    return close_objects(schema, False, frozenset(_all_of_refs(schema)), "#", schema)
 
 
-def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#") -> Any:
+def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#",
+                  root: Any = None) -> Any:
     if isinstance(node, list):
-        return [close_objects(x, in_all_of, open_refs, path) for x in node]
+        return [close_objects(x, in_all_of, open_refs, path, root) for x in node]
     if not isinstance(node, dict):
         return node
     out = dict(node)
@@ -113,19 +117,23 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     if node.get("format") == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
         del out["format"]
         out["pattern"] = BASE64
+    formats.rewrite(node, out)  # the 2020-12 formats llguidance lacks (formats.py)
     for k in _SUB_DICTS:
         if isinstance(node.get(k), dict):
-            out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}")
+            out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}", root)
                       for name, v in node[k].items()}
     for k in _SUB_ONE:
         if isinstance(node.get(k), (dict, list)):
-            out[k] = close_objects(node[k], False, open_refs, f"{path}/{k}")
+            out[k] = close_objects(node[k], False, open_refs, f"{path}/{k}", root)
     for k in ("anyOf", "oneOf", "prefixItems"):
         if isinstance(node.get(k), list):  # an anyOf/oneOf branch under an allOf merges with its siblings too
-            out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}")
+            out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root)
                       for i, v in enumerate(node[k])]
     if isinstance(node.get("allOf"), list):
-        out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}") for i, v in enumerate(node["allOf"])]
+        out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}", root)
+                        for i, v in enumerate(node["allOf"])]
+    if isinstance(node.get("oneOf"), list) and len(node["oneOf"]) > 1:
+        _one_of_as_any_of(node, out, path, root)
     _property_dependencies(out)
     props = node.get("properties")
     required = node.get("required", [])
@@ -133,6 +141,25 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
             and isinstance(required, list) and all(r in props for r in required)):
         out["additionalProperties"] = False
     return out
+
+
+def _one_of_as_any_of(node: dict, out: dict, path: str, root: Any) -> None:
+    """``out``'s oneOf becomes an anyOf when each branch, as generated, is proven disjoint from
+    every other branch as written; otherwise ValueError naming the first pair that may overlap."""
+    pair = one_of.first_overlap(out["oneOf"], node["oneOf"], root)
+    if pair is not None:
+        i, j = pair
+        raise ValueError(
+            f"'oneOf' at {path}: branches {i} and {j} may overlap ({one_of.describe(node['oneOf'][i])} and "
+            f"{one_of.describe(node['oneOf'][j])}), and a value matching both would not validate; a oneOf is "
+            "compiled only when its branches are proven disjoint (different types, distinct const/enum values "
+            "of a required property, a required property the other branch's closed object lacks, ranges that "
+            "cannot meet); use anyOf if matching several branches is fine")
+    branches = out.pop("oneOf")
+    if "anyOf" in out:
+        out["allOf"] = [*out.get("allOf", []), {"anyOf": branches}]
+    else:
+        out["anyOf"] = branches
 
 
 def _property_dependencies(node: dict) -> None:

@@ -56,7 +56,6 @@ def test_ebnf_validation_and_messages():
     ({"type": "string", "format": "color"}, "Unknown format: color"),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames"),
     ({"type": "array", "uniqueItems": True, "x-guidance": {"lenient": True}}, "uniqueItems"),  # cannot switch lenient on
-    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf"),  # overlapping: never weakened to anyOf
 ])
 def test_unsupported_keyword_is_refused_naming_it(schema, keyword):
     with pytest.raises(ValueError) as e:

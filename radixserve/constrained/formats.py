@@ -1,0 +1,64 @@
+"""JSON Schema 2020-12 string formats that llguidance does not know, as exact-or-narrower patterns.
+
+llguidance enforces ``date-time``, ``date``, ``time``, ``duration``, ``email``, ``hostname``,
+``ipv4``, ``ipv6``, ``uri`` and ``uuid`` itself.  For the other formats of the specification a
+schema's ``format`` is rewritten here (``llg_spec.close_objects``) so that every string the grammar
+allows is valid in that format (a narrower language is fine; a wider one never):
+
+* ``idn-email`` / ``idn-hostname`` / ``iri``: the ASCII ``email`` / ``hostname`` / ``uri`` (an
+  ASCII address, host name or URI is a valid internationalized one);
+* ``uri-reference`` and ``iri-reference``: RFC 3986's URI-reference (``URI_REFERENCE``: an absolute
+  URI or a relative reference whose first path segment has no colon), with hosts as reg-names;
+* ``json-pointer`` / ``relative-json-pointer``: RFC 6901 and its relative form;
+* ``uri-template``: RFC 6570 literals and expressions (``{var}``, ``{+var,x:3}``, ``{/path*}``).
+
+``regex`` has no such pattern (a regex language is not regular) and stays refused.
+
+A ``format`` beside a ``pattern`` is left alone (two patterns cannot be intersected here): llguidance
+then refuses an unknown one, naming it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+ALIASES = {"idn-email": "email", "idn-hostname": "hostname", "iri": "uri"}
+
+_PCT = "%[0-9A-Fa-f]{2}"
+_SUB = "!$&'()*+,;="
+_PCHAR_NC = f"(?:[A-Za-z0-9\\-._~{_SUB}@]|{_PCT})"  # a path character other than ':'
+_PCHAR = f"(?:[A-Za-z0-9\\-._~{_SUB}@:]|{_PCT})"
+_SEG = f"{_PCHAR}*"
+_AUTH = (f"(?:(?:[A-Za-z0-9\\-._~{_SUB}:]|{_PCT})*@)?(?:[A-Za-z0-9\\-._~{_SUB}]|{_PCT})*(?::[0-9]*)?")
+_QF = f"(?:\\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_ABS_PATH = f"/(?:{_PCHAR}+(?:/{_SEG})*)?"
+_HIER = f"(?://{_AUTH}(?:/{_SEG})*|{_ABS_PATH}|{_PCHAR}+(?:/{_SEG})*)?"
+_REL = f"(?://{_AUTH}(?:/{_SEG})*|{_ABS_PATH}|{_PCHAR_NC}+(?:/{_SEG})*)?"
+URI_REFERENCE = f"^(?:[A-Za-z][A-Za-z0-9+.\\-]*:{_HIER}{_QF}|{_REL}{_QF})$"
+
+_TOKEN = "(?:[^~/]|~[01])*"
+JSON_POINTER = f"^(?:/{_TOKEN})*$"
+RELATIVE_JSON_POINTER = f"^(?:0|[1-9][0-9]*)(?:#|(?:/{_TOKEN})*)$"
+
+_LITERAL = f"(?:[A-Za-z0-9\\-._~!#$&()*+,/:;=?@\\[\\]]|{_PCT})"
+_VARSPEC = "[A-Za-z0-9_]+(?::[1-9][0-9]{0,3}|\\*)?"
+URI_TEMPLATE = f"^(?:{_LITERAL}|\\{{[+#./;?&]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*$"
+
+PATTERNS = {"uri-reference": URI_REFERENCE, "iri-reference": URI_REFERENCE, "json-pointer": JSON_POINTER,
+            "relative-json-pointer": RELATIVE_JSON_POINTER, "uri-template": URI_TEMPLATE}
+
+
+def rewrite(node: dict, out: dict) -> None:
+    """Rewrite ``out``'s ``format`` (a copy of ``node``) as this module says, in place."""
+    fmt = node.get("format")
+    if not isinstance(fmt, str):
+        return
+    if fmt in ALIASES:
+        out["format"] = ALIASES[fmt]
+    elif fmt in PATTERNS and "pattern" not in node:
+        del out["format"]
+        out["pattern"] = PATTERNS[fmt]
+
+
+def pattern_for(fmt: str) -> Optional[str]:
+    """The pattern that stands for ``fmt`` (None: llguidance's own, or none)."""
+    return PATTERNS.get(fmt)
