@@ -36,7 +36,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from radixserve.constrained import formats, one_of
+from radixserve.constrained import formats, one_of, rewrites
 
 FIELD = {"regex": "regex", "json": "json_schema", "choices": "choices", "ebnf": "ebnf"}
 
@@ -51,7 +51,7 @@ def json_options(whitespace: str) -> dict:
 
 FRACTION_STEP = 1e-10
 BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-_OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref")
+_OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref", "if")
 _SUB_DICTS = ("properties", "$defs", "definitions", "dependentSchemas")
 _SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
             "unevaluatedItems", "unevaluatedProperties", "additionalItems")
@@ -123,8 +123,8 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
             out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}", root)
                       for name, v in node[k].items()}
     for k in _SUB_ONE:
-        if isinstance(node.get(k), (dict, list)):
-            out[k] = close_objects(node[k], False, open_refs, f"{path}/{k}", root)
+        if isinstance(node.get(k), (dict, list)):  # if/then/else merge with the node, as allOf members do
+            out[k] = close_objects(node[k], k in ("if", "then", "else"), open_refs, f"{path}/{k}", root)
     for k in ("anyOf", "oneOf", "prefixItems"):
         if isinstance(node.get(k), list):  # an anyOf/oneOf branch under an allOf merges with its siblings too
             out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root)
@@ -134,12 +134,21 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
                         for i, v in enumerate(node["allOf"])]
     if isinstance(node.get("oneOf"), list) and len(node["oneOf"]) > 1:
         _one_of_as_any_of(node, out, path, root)
+    if "not" in node:
+        rewrites.rewrite_not(node, out, path)
+    if "if" in node:
+        rewrites.rewrite_if(node, out, path)
+    if "uniqueItems" in node:
+        rewrites.rewrite_unique(node, out, path)
     _property_dependencies(out)
     props = node.get("properties")
     required = node.get("required", [])
     if (isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
             and isinstance(required, list) and all(r in props for r in required)):
         out["additionalProperties"] = False
+    if "propertyNames" in node:
+        rewrites.rewrite_property_names(node, out, path, out.get("additionalProperties") is False
+                                        and not node.get("patternProperties"))
     return out
 
 

@@ -164,3 +164,48 @@ def test_formats_llguidance_lacks_are_enforced(matcher, fmt):
     good, bad = FORMAT_DOCS[fmt]
     assert [matcher(grammar, json.dumps(s)) for s in good] == [True] * len(good)
     assert [matcher(grammar, json.dumps(s)) for s in bad] == [False] * len(bad)
+
+
+REWRITES = [  # (schema, documents): each set holds documents the exact and a weakened meaning disagree on
+    ({"type": ["string", "integer"], "not": {"type": "string"}}, ['3', '"a"', "1.5"]),
+    ({"not": {"type": ["object", "array", "string", "boolean", "null"]}}, ["2.5", "7", '"x"', "{}"]),
+    ({"enum": ["a", "b", "c"], "not": {"enum": ["a", "c"]}}, ['"b"', '"a"', '"c"']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "not": {"required": ["a"]}},
+     ['{"b":1}', '{"a":1}', '{"a":1,"b":2}', "{}"]),
+    ({"type": "object", "properties": {"k": {"enum": ["a", "b"]}, "x": {"type": "integer"}}, "required": ["k"],
+      "if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["x"]}, "else": {"properties": {"x": False}}},
+     ['{"k":"a","x":1}', '{"k":"a"}', '{"k":"b"}', '{"k":"b","x":1}']),
+    ({"type": "object", "properties": {"ab": {"type": "integer"}, "abcd": {"type": "integer"}},
+      "propertyNames": {"maxLength": 3}}, ['{"ab":1}', '{"abcd":1}', "{}"]),
+    ({"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True, "maxItems": 2},
+     ['["a","b"]', '["a","a"]', '["c"]', "[]", '["a","b","c"]']),
+    ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}, ["[true,false]", "[true,true]", "[]"]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(REWRITES)))
+def test_rewritten_keywords_accept_exactly_the_valid_documents(matcher, case):
+    schema, docs = REWRITES[case]
+    grammar = llguidance_source("json", json.dumps(schema), "")
+    valid = [jsonschema.Draft202012Validator(schema).is_valid(json.loads(d)) for d in docs]
+    assert any(valid) and not all(valid), "each case has valid and invalid documents"
+    assert [matcher(grammar, d) for d in docs] == valid
+
+
+@pytest.mark.parametrize("schema,needle", [
+    ({"type": "string", "not": {"const": "a"}}, "'not' at #"),
+    ({"not": {"type": "integer"}}, "'not' at #: a number that is not an integer"),
+    ({"type": "object", "properties": {"o": {"type": "object", "properties": {"k": {"type": "string"}},
+                                             "if": {"properties": {"k": {"const": "a"}}}, "then": {}}}},
+     "'if' at #/properties/o"),
+    ({"type": "object", "additionalProperties": {"type": "integer"}, "propertyNames": {"pattern": "^a"}},
+     "'propertyNames' at #: on an object that allows properties it does not list"),
+    ({"type": "object", "properties": {"long": {}}, "required": ["long"], "propertyNames": {"maxLength": 2}},
+     "required property 'long'"),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "'uniqueItems' at #"),
+    ({"type": "array", "items": {"enum": list(range(6))}, "uniqueItems": True}, "arrays of distinct items"),
+])
+def test_unrewritable_keywords_are_refused_naming_keyword_and_path(schema, needle):
+    with pytest.raises(ValueError) as e:
+        llguidance_source("json", json.dumps(schema), "")
+    assert str(e.value).startswith("sampling_params.json_schema: ") and needle in str(e.value), str(e.value)
