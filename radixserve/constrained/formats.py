@@ -1,8 +1,8 @@
 """JSON Schema 2020-12 string formats that llguidance does not know, as exact-or-narrower patterns.
 
-llguidance enforces ``date-time``, ``date``, ``time``, ``duration``, ``email``, ``hostname``,
-``ipv4``, ``ipv6``, ``uri`` and ``uuid`` itself.  For the other formats of the specification a
-schema's ``format`` is rewritten here (``llg_spec.close_objects``) so that every string the grammar
+llguidance enforces ``duration``, ``email``, ``ipv4``, ``ipv6``, ``uri`` and ``uuid`` itself
+(and ``date``, ``time``, ``date-time``, ``hostname``, but more widely than the specification: see
+``DATE`` below).  For the other formats of the specification a schema's ``format`` is rewritten here (``llg_spec.close_objects``) so that every string the grammar
 allows is valid in that format (a narrower language is fine; a wider one never):
 
 * ``idn-email`` / ``idn-hostname`` / ``iri``: the ASCII ``email`` / ``hostname`` / ``uri`` (an
@@ -43,7 +43,23 @@ _LITERAL = f"(?:[A-Za-z0-9\\-._~!#$&()*+,/:;=?@\\[\\]]|{_PCT})"
 _VARSPEC = "[A-Za-z0-9_]+(?::[1-9][0-9]{0,3}|\\*)?"
 URI_TEMPLATE = f"^(?:{_LITERAL}|\\{{[+#./;?&]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*$"
 
-PATTERNS = {"uri-reference": URI_REFERENCE, "iri-reference": URI_REFERENCE, "json-pointer": JSON_POINTER,
+# llguidance's own date, time and hostname are wider than RFC 3339 / 1123 + IDNA (the suite's
+# tests: 2021-02-29, a leap second at 22:59:60, "xn--X", a 256-character host name): these are exact
+# or narrower (years 1000-9999; no leap second; at most 4 labels of at most 62 characters, none with
+# "--" in its 3rd and 4th place, so no A-label).
+_Y = "[1-9][0-9]{3}"
+_LEAP = "(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:1[26]|[2468][048]|[3579][26])00)"
+_MD = "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+_DATE = f"(?:{_Y}-{_MD}|{_LEAP}-02-29)"
+_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_AN = "[A-Za-z0-9]"
+_LABEL = (f"(?:{_AN}|{_AN}{_AN}|{_AN}[A-Za-z0-9-]{_AN}|{_AN}[A-Za-z0-9-](?:{_AN}{_AN}|-{_AN})"
+          f"(?:[A-Za-z0-9-]{{0,57}}{_AN})?|{_AN}[A-Za-z0-9-]{_AN}-[A-Za-z0-9-]{{0,57}}{_AN})")
+DATE, TIME, DATE_TIME = f"^{_DATE}$", f"^{_TIME}$", f"^{_DATE}T{_TIME}$"
+HOSTNAME = f"^{_LABEL}(?:\\.{_LABEL}){{0,3}}$"
+
+PATTERNS = {"date": DATE, "time": TIME, "date-time": DATE_TIME, "hostname": HOSTNAME,
+            "uri-reference": URI_REFERENCE, "iri-reference": URI_REFERENCE, "json-pointer": JSON_POINTER,
             "relative-json-pointer": RELATIVE_JSON_POINTER, "uri-template": URI_TEMPLATE}
 
 
@@ -52,11 +68,12 @@ def rewrite(node: dict, out: dict) -> None:
     fmt = node.get("format")
     if not isinstance(fmt, str):
         return
-    if fmt in ALIASES:
-        out["format"] = ALIASES[fmt]
-    elif fmt in PATTERNS and "pattern" not in node:
+    fmt = ALIASES.get(fmt, fmt)
+    if fmt in PATTERNS and "pattern" not in node:
         del out["format"]
         out["pattern"] = PATTERNS[fmt]
+    elif fmt != node["format"]:
+        out["format"] = fmt
 
 
 def pattern_for(fmt: str) -> Optional[str]:

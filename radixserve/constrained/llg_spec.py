@@ -102,17 +102,24 @@ def tighten(schema: Any) -> Any:
     return close_objects(schema, False, frozenset(_all_of_refs(schema)), "#", schema)
 
 
+def exact(schema: Any) -> Any:
+    """The schema with the exact rewrites only (``oneOf``, ``not``, ``if``, ``propertyNames``,
+    ``uniqueItems``, formats, dependencies): none of ``tighten``'s narrowings (anchored patterns,
+    the decimals cap, closed objects).  What the JSON-Schema-Test-Suite check compiles."""
+    return close_objects(schema, False, frozenset(), "#", schema, narrow=False)
+
+
 def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#",
-                  root: Any = None) -> Any:
+                  root: Any = None, narrow: bool = True) -> Any:
     if isinstance(node, list):
-        return [close_objects(x, in_all_of, open_refs, path, root) for x in node]
+        return [close_objects(x, in_all_of, open_refs, path, root, narrow) for x in node]
     if not isinstance(node, dict):
         return node
     out = dict(node)
     pat = node.get("pattern")
-    if isinstance(pat, str) and "^" not in pat and "$" not in pat:
+    if narrow and isinstance(pat, str) and "^" not in pat and "$" not in pat:
         out["pattern"] = f"^(?:{pat})$"
-    if node.get("type") == "number" and not any(k in node for k in ("multipleOf", "enum", "const")):
+    if narrow and node.get("type") == "number" and not any(k in node for k in ("multipleOf", "enum", "const")):
         out["multipleOf"] = FRACTION_STEP  # at most 10 decimals, no exponent (outlines-core's cap)
     if node.get("format") == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
         del out["format"]
@@ -120,17 +127,18 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     formats.rewrite(node, out)  # the 2020-12 formats llguidance lacks (formats.py)
     for k in _SUB_DICTS:
         if isinstance(node.get(k), dict):
-            out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}", root)
+            out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}", root,
+                                          narrow)
                       for name, v in node[k].items()}
     for k in _SUB_ONE:
         if isinstance(node.get(k), (dict, list)):  # if/then/else merge with the node, as allOf members do
-            out[k] = close_objects(node[k], k in ("if", "then", "else"), open_refs, f"{path}/{k}", root)
+            out[k] = close_objects(node[k], k in ("if", "then", "else"), open_refs, f"{path}/{k}", root, narrow)
     for k in ("anyOf", "oneOf", "prefixItems"):
         if isinstance(node.get(k), list):  # an anyOf/oneOf branch under an allOf merges with its siblings too
-            out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root)
+            out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow)
                       for i, v in enumerate(node[k])]
     if isinstance(node.get("allOf"), list):
-        out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}", root)
+        out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}", root, narrow)
                         for i, v in enumerate(node["allOf"])]
     if isinstance(node.get("oneOf"), list) and len(node["oneOf"]) > 1:
         _one_of_as_any_of(node, out, path, root)
@@ -143,7 +151,7 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     _property_dependencies(out)
     props = node.get("properties")
     required = node.get("required", [])
-    if (isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
+    if (narrow and isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
             and isinstance(required, list) and all(r in props for r in required)):
         out["additionalProperties"] = False
     if "propertyNames" in node:
