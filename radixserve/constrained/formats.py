@@ -14,6 +14,8 @@ allows is valid in that format (a narrower language is fine; a wider one never):
 
 ``regex`` has no such pattern (a regex language is not regular) and stays refused.
 
+A name outside the specification (``color``, ``ISO 8601``, ``int64``...) is an annotation: dropped,
+as JSON Schema says validators treat it; ``url`` is written as a ``uri``.  ``regex`` stays refused.
 A ``format`` beside a ``pattern`` is left alone (two patterns cannot be intersected here): llguidance
 then refuses an unknown one, naming it.
 """
@@ -21,7 +23,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-ALIASES = {"idn-email": "email", "idn-hostname": "hostname", "iri": "uri"}
+ALIASES = {"idn-email": "email", "idn-hostname": "hostname", "iri": "uri", "url": "uri"}
+# JSON Schema 2020-12's formats (and OpenAPI's byte, handled by llg_spec); any other name is an
+# annotation the specification tells validators to ignore, so it is dropped (exact), except "url",
+# written as a URI
+STANDARD = frozenset({"date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+                      "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+                      "json-pointer", "relative-json-pointer", "regex", "byte"})
 
 _PCT = "%[0-9A-Fa-f]{2}"
 _SUB = "!$&'()*+,;="
@@ -67,6 +75,9 @@ def rewrite(node: dict, out: dict) -> None:
     """Rewrite ``out``'s ``format`` (a copy of ``node``) as this module says, in place."""
     fmt = node.get("format")
     if not isinstance(fmt, str):
+        return
+    if fmt not in STANDARD and fmt not in ALIASES:
+        del out["format"]
         return
     fmt = ALIASES.get(fmt, fmt)
     if fmt in PATTERNS and "pattern" not in node:

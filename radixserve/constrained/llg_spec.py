@@ -50,9 +50,10 @@ def json_options(whitespace: str) -> dict:
 
 
 FRACTION_STEP = 1e-10
+MAX_DEPENDENCIES = 16
 BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf", "oneOf", "$ref", "if")
-_SUB_DICTS = ("properties", "$defs", "definitions", "dependentSchemas")
+_SUB_DICTS = ("properties", "$defs", "definitions", "dependentSchemas", "patternProperties")
 _SUB_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
             "unevaluatedItems", "unevaluatedProperties", "additionalItems")
 
@@ -99,14 +100,14 @@ def tighten(schema: Any) -> Any:
     """A copy of the schema, tightened as the module docstring says (definitions that an
     ``allOf`` refers to are left open, like ``allOf`` branches), with every ``oneOf`` proven
     disjoint compiled as ``anyOf`` (``one_of.py``; ValueError naming the branches otherwise)."""
-    return close_objects(schema, False, frozenset(_all_of_refs(schema)), "#", schema)
+    return one_of_pass(schema, close_objects(schema, False, frozenset(_all_of_refs(schema)), "#", schema), True)
 
 
 def exact(schema: Any) -> Any:
     """The schema with the exact rewrites only (``oneOf``, ``not``, ``if``, ``propertyNames``,
     ``uniqueItems``, formats, dependencies): none of ``tighten``'s narrowings (anchored patterns,
     the decimals cap, closed objects).  What the JSON-Schema-Test-Suite check compiles."""
-    return close_objects(schema, False, frozenset(), "#", schema, narrow=False)
+    return one_of_pass(schema, close_objects(schema, False, frozenset(), "#", schema, narrow=False))
 
 
 def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#",
@@ -115,6 +116,8 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
         return [close_objects(x, in_all_of, open_refs, path, root, narrow) for x in node]
     if not isinstance(node, dict):
         return node
+    if set(node) - rewrites.ANNOTATIONS == {"not"} and node["not"] in ({}, True):
+        return False  # `not: {}`: no value (a property that must not appear)
     out = dict(node)
     pat = node.get("pattern")
     if narrow and isinstance(pat, str) and "^" not in pat and "$" not in pat:
@@ -133,21 +136,22 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     for k in _SUB_ONE:
         if isinstance(node.get(k), (dict, list)):  # if/then/else merge with the node, as allOf members do
             out[k] = close_objects(node[k], k in ("if", "then", "else"), open_refs, f"{path}/{k}", root, narrow)
+    # an anyOf/oneOf branch merges with its node's other keywords (an allOf's siblings too): closing it
+    # would ban the properties the node requires
+    merged = in_all_of or bool(node.get("required")) or "allOf" in node
     for k in ("anyOf", "oneOf", "prefixItems"):
-        if isinstance(node.get(k), list):  # an anyOf/oneOf branch under an allOf merges with its siblings too
-            out[k] = [close_objects(v, in_all_of and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow)
+        if isinstance(node.get(k), list):
+            out[k] = [close_objects(v, merged and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow)
                       for i, v in enumerate(node[k])]
     if isinstance(node.get("allOf"), list):
         out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}", root, narrow)
                         for i, v in enumerate(node["allOf"])]
-    if isinstance(node.get("oneOf"), list) and len(node["oneOf"]) > 1:
-        _one_of_as_any_of(node, out, path, root)
     if "not" in node:
-        rewrites.rewrite_not(node, out, path)
+        rewrites.rewrite_not(node, out, path, narrow)
     if "if" in node:
-        rewrites.rewrite_if(node, out, path)
+        rewrites.rewrite_if(node, out, path, narrow)
     if "uniqueItems" in node:
-        rewrites.rewrite_unique(node, out, path)
+        rewrites.rewrite_unique(node, out, path, narrow)
     _property_dependencies(out)
     props = node.get("properties")
     required = node.get("required", [])
@@ -156,14 +160,47 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
         out["additionalProperties"] = False
     if "propertyNames" in node:
         rewrites.rewrite_property_names(node, out, path, out.get("additionalProperties") is False
-                                        and not node.get("patternProperties"))
+                                        and not node.get("patternProperties"), narrow)
     return out
 
 
-def _one_of_as_any_of(node: dict, out: dict, path: str, root: Any) -> None:
+def one_of_pass(given: Any, tight: Any, narrow: bool = False) -> Any:
+    """``tight`` (``close_objects``' copy of ``given``) with each ``oneOf`` of more than one branch
+    turned into an ``anyOf`` (in place), after the whole tree is tightened so that a branch's
+    ``$ref`` is followed into the tightened definitions.  ``narrow`` (served): a branch that is a
+    closed object of one optional property gets it required (``{"ps": ...}`` or ``{"sh": ...}``, not
+    an empty object that both would accept)."""
+    def walk(g: Any, t: Any, path: str) -> None:
+        if isinstance(g, list) and isinstance(t, list):
+            for i, (x, y) in enumerate(zip(g, t)):
+                walk(x, y, f"{path}/{i}")
+        if not isinstance(g, dict) or not isinstance(t, dict):
+            return
+        for k, v in g.items():
+            if k in t and isinstance(v, (dict, list)):
+                walk(v, t[k], f"{path}/{k}")
+        if isinstance(g.get("oneOf"), list) and len(g["oneOf"]) > 1 and isinstance(t.get("oneOf"), list):
+            if narrow:
+                t["oneOf"] = [_keyed(b) for b in t["oneOf"]]
+            _one_of_as_any_of(g, t, path, given, tight)
+
+    walk(given, tight, "#")
+    return tight
+
+
+def _keyed(branch: Any) -> Any:
+    if (isinstance(branch, dict) and branch.get("additionalProperties") is False and not branch.get("required")
+            and isinstance(branch.get("properties"), dict) and len(branch["properties"]) == 1
+            and not branch.get("patternProperties")):
+        return {**branch, "required": list(branch["properties"])}
+    return branch
+
+
+def _one_of_as_any_of(node: dict, out: dict, path: str, root: Any, tight_root: Any) -> None:
     """``out``'s oneOf becomes an anyOf when each branch, as generated, is proven disjoint from
     every other branch as written; otherwise ValueError naming the first pair that may overlap."""
-    pair = one_of.first_overlap(out["oneOf"], node["oneOf"], root)
+    context = {k: v for k, v in node.items() if k != "oneOf"}
+    pair = one_of.first_overlap(out["oneOf"], node["oneOf"], tight_root, root, context)
     if pair is not None:
         i, j = pair
         raise ValueError(
@@ -180,30 +217,37 @@ def _one_of_as_any_of(node: dict, out: dict, path: str, root: Any) -> None:
 
 
 def _property_dependencies(node: dict) -> None:
-    """Rewrite property dependencies (draft-4 ``dependencies`` with lists, ``dependentRequired``)
+    """Rewrite dependencies (draft-4 ``dependencies``, ``dependentRequired``, ``dependentSchemas``)
     exactly, which llguidance lacks: ``{a: [b]}`` becomes ``anyOf: [{properties: {a: false}},
-    {required: [a, b]}]`` (a absent, or a and b present).  Only on a node without
-    ``anyOf``/``oneOf``/``allOf`` and for at most 3 dependencies; schema dependencies are left
-    for llguidance to refuse, naming the keyword."""
-    keys = [k for k in ("dependencies", "dependentRequired") if k in node]
-    if not keys or any(k in node for k in ("anyOf", "oneOf", "allOf")):
+    {required: [a, b]}]`` (a absent, or a and b present), ``{a: S}`` becomes ``anyOf:
+    [{properties: {a: false}}, {required: [a], allOf: [S]}]``; several are joined by ``allOf``.
+    At most ``MAX_DEPENDENCIES``; more are left for llguidance to refuse, naming the keyword."""
+    keys = [k for k in ("dependencies", "dependentRequired", "dependentSchemas") if k in node]
+    if not keys:
         return
     deps: dict = {}
     for key in keys:
         d = node[key]
-        if not isinstance(d, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
-                                              for v in d.values()):
+        if not isinstance(d, dict):
             return
-        deps.update({k: v for k, v in d.items() if v})
-    if len(deps) > 3:
+        for a, v in d.items():
+            if isinstance(v, list) and all(isinstance(x, str) for x in v):
+                if v:
+                    deps.setdefault(a, []).append({"required": [a, *v]})
+            elif isinstance(v, (dict, bool)) and key != "dependentRequired":
+                deps.setdefault(a, []).append({"required": [a], "allOf": [v]})
+            else:
+                return
+    if len(deps) > MAX_DEPENDENCIES:
         return
     for key in keys:
         del node[key]
-    branches = [{"anyOf": [{"properties": {a: False}}, {"required": [a] + list(bs)}]} for a, bs in deps.items()]
-    if len(branches) == 1:
+    branches = [{"anyOf": [{"properties": {a: False}}, cond[0] if len(cond) == 1 else {"allOf": cond}]}
+                for a, cond in deps.items()]
+    if len(branches) == 1 and not any(k in node for k in ("anyOf", "allOf")):
         node["anyOf"] = branches[0]["anyOf"]
     elif branches:
-        node["allOf"] = branches
+        node["allOf"] = [*node.get("allOf", []), *branches]
 
 
 def to_lark(text: str) -> str:

@@ -147,8 +147,8 @@ def _bans(node: dict, prop: str) -> bool:
     return node.get("additionalProperties") is False
 
 
-def _objects_apart(a: dict, b: dict, root: Any, depth: int) -> bool:
-    for x, y in ((a, b), (b, a)):
+def _objects_apart(a: dict, b: dict, ra: Any, rb: Any, depth: int) -> bool:
+    for x, y, rx, ry in ((a, b, ra, rb), (b, a, rb, ra)):
         required = x.get("required") if isinstance(x.get("required"), list) else []
         xp = x.get("properties") if isinstance(x.get("properties"), dict) else {}
         yp = y.get("properties") if isinstance(y.get("properties"), dict) else {}
@@ -157,16 +157,18 @@ def _objects_apart(a: dict, b: dict, root: Any, depth: int) -> bool:
                 continue
             if _bans(y, p):
                 return True
-            if p in xp and p in yp and disjoint(xp[p], yp[p], root, depth + 1):
+            if p in xp and p in yp and disjoint(xp[p], yp[p], rx, ry, depth + 1):
                 return True
     return False
 
 
-def disjoint(a: Any, b: Any, root: Any, depth: int = 0) -> bool:
-    """True when no JSON value is accepted by both ``a`` and ``b`` (subschemas of ``root``)."""
+def disjoint(a: Any, b: Any, ra: Any, rb: Any = None, depth: int = 0) -> bool:
+    """True when no JSON value is accepted by both ``a`` (a subschema of ``ra``) and ``b`` (of
+    ``rb``, default ``ra``)."""
+    rb = ra if rb is None else rb
     if depth > _DEPTH:
         return False
-    a, b = _resolve(a, root), _resolve(b, root)
+    a, b = _resolve(a, ra), _resolve(b, rb)
     if a is False or b is False:
         return True
     if not isinstance(a, dict) or not isinstance(b, dict):
@@ -174,17 +176,17 @@ def disjoint(a: Any, b: Any, root: Any, depth: int = 0) -> bool:
     ta, tb = types(a), types(b)
     if ta is not None and tb is not None and not _meet(ta, tb):
         return True
-    for x, y in ((a, b), (b, a)):
+    for x, y, rx, ry in ((a, b, ra, rb), (b, a, rb, ra)):
         vals = _values(x)
-        if vals is not None and len(vals) <= 64 and not any(_accepts(y, v, root) for v in vals):
+        if vals is not None and len(vals) <= 64 and not any(_accepts(y, v, ry) for v in vals):
             return True
-        if isinstance(x.get("allOf"), list) and any(disjoint(m, y, root, depth + 1) for m in x["allOf"]):
+        if isinstance(x.get("allOf"), list) and any(disjoint(m, y, rx, ry, depth + 1) for m in x["allOf"]):
             return True
         for k in ("anyOf", "oneOf"):
-            if isinstance(x.get(k), list) and x[k] and all(disjoint(m, y, root, depth + 1) for m in x[k]):
+            if isinstance(x.get(k), list) and x[k] and all(disjoint(m, y, rx, ry, depth + 1) for m in x[k]):
                 return True
     only = lambda t: (ta is not None and ta <= t) or (tb is not None and tb <= t)  # noqa: E731
-    if only({"object"}) and _objects_apart(a, b, root, depth):
+    if only({"object"}) and _objects_apart(a, b, ra, rb, depth):
         return True
     if only({"number", "integer"}) and _apart(a, b, "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return True
@@ -195,12 +197,43 @@ def disjoint(a: Any, b: Any, root: Any, depth: int = 0) -> bool:
     return False
 
 
-def first_overlap(tightened: list, given: list, root: Any) -> Optional[tuple[int, int]]:
-    """The first pair (i, j), i != j, where branch i as generated may also match branch j as given;
-    None when every pair is proven disjoint."""
+def within(branch: Any, context: dict, root: Any) -> Any:
+    """A schema accepting at least what ``allOf: [context, branch]`` accepts (``context``: the
+    oneOf's node without it): the branch (a local ``$ref`` followed) with the node's ``type``,
+    ``required`` names and the ``properties`` it does not constrain itself, so that a
+    discriminator the node requires counts."""
+    branch = _resolve(branch, root)
+    if not isinstance(branch, dict) or not context:
+        return branch
+    if "$ref" in branch:
+        return {"allOf": [branch, _shallow(context)]}
+    out = dict(branch)
+    if "type" not in out and "type" in context:
+        out["type"] = context["type"]
+    req = [r for r in context.get("required", []) if isinstance(r, str)] if isinstance(context.get("required"), list) else []
+    if req:
+        out["required"] = list(dict.fromkeys([*(out.get("required") or []), *req]))
+    props = context.get("properties")
+    if isinstance(props, dict):
+        mine = out.get("properties") if isinstance(out.get("properties"), dict) else {}
+        out["properties"] = {**{k: v for k, v in props.items() if k not in mine}, **mine}
+    return out
+
+
+def _shallow(context: dict) -> dict:
+    return {k: context[k] for k in ("type", "required", "properties") if k in context}
+
+
+def first_overlap(tightened: list, given: list, t_root: Any, g_root: Any = None,
+                  context: Optional[dict] = None) -> Optional[tuple[int, int]]:
+    """The first pair (i, j), i != j, where branch i as generated (of ``t_root``) may also match
+    branch j as given (of ``g_root``), both under the oneOf's node ``context``; None when every
+    pair is proven disjoint."""
+    g_root = t_root if g_root is None else g_root
+    context = context or {}
     for i, t in enumerate(tightened):
         for j, g in enumerate(given):
-            if i != j and not disjoint(t, g, root):
+            if i != j and not disjoint(within(t, context, t_root), within(g, context, g_root), t_root, g_root):
                 return i, j
     return None
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from typing import Any
 
 from radixserve.constrained.one_of import types
 
 UNIQUE_LIMIT = 64
 _ALL = ("null", "boolean", "object", "array", "number", "string")
-_ANNOTATIONS = {"title", "description", "$comment", "examples", "default"}
+ANNOTATIONS = _ANNOTATIONS = {"title", "description", "$comment", "examples", "default"}
 
 
 def refuse(keyword: str, path: str, why: str) -> None:
@@ -55,7 +56,31 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) and type(a) is type(b)
 
 
-def rewrite_not(node: dict, out: dict, path: str) -> None:
+def not_string(v: str) -> str:
+    """A pattern matching every string except ``v`` (the complement of one word is regular)."""
+    def lit(c: str) -> str:
+        return "\\" + c if c in "\\^$.|?*+()[]{}/-" else c
+
+    any_ = "[\\s\\S]"
+    parts = [f"{''.join(lit(c) for c in v[:i])}[^{lit(v[i])}]{any_}*" for i in range(len(v))]
+    parts += ["".join(lit(c) for c in v[:i]) for i in range(len(v))]  # a proper prefix
+    parts.append(f"{''.join(lit(c) for c in v)}{any_}+")
+    return "^(?:" + "|".join(parts) + ")$"
+
+
+def _other_than(value: Any, node: Any) -> Any:
+    """A schema for "not ``value``" under a property schema ``node``: its other finite values, or
+    any string but ``value``; None when neither applies."""
+    values = _finite(node) if isinstance(node, dict) else None
+    if values is not None:
+        rest = [x for x in values if not _same(x, value)]
+        return {"enum": rest} if rest else False
+    if isinstance(value, str) and isinstance(node, dict) and node.get("type") == "string" and "pattern" not in node:
+        return {**{k: x for k, x in node.items() if k != "not"}, "pattern": not_string(value)}
+    return None
+
+
+def rewrite_not(node: dict, out: dict, path: str, narrow: bool = False) -> None:
     neg = node["not"]
     if neg is False:  # excludes nothing
         out.pop("not")
@@ -67,67 +92,101 @@ def rewrite_not(node: dict, out: dict, path: str) -> None:
         have = set(types(node) or _ALL)
         if "number" in drop:
             drop.add("integer")
-        if "integer" in drop and "number" in have:
-            refuse("not", path, "a number that is not an integer")
+        if "integer" in drop and "number" not in drop and "number" in have:
+            if not narrow:
+                refuse("not", path, "a number that is not an integer")
+            drop.add("number")  # served: no number at all (narrower)
         left = sorted(have - drop)
         if not left:
             refuse("not", path, "no type is left")
         out.pop("not")
         out["type"] = left if len(left) > 1 else left[0]
         return
-    if _only(neg, "const", "enum") and ("const" in neg or "enum" in neg) and _finite(node) is not None:
+    if _only(neg, "const", "enum") and ("const" in neg or "enum" in neg):
         banned = [neg["const"]] if "const" in neg else list(neg.get("enum", []))
-        keep = [v for v in _finite(node) if not any(_same(v, b) for b in banned)]
-        if not keep:
-            refuse("not", path, "every value is excluded")
-        out.pop("not")
-        out.pop("const", None)
-        out["enum"] = keep
-        return
-    if _only(neg, "required") and isinstance(neg["required"], list) and len(neg["required"]) == 1:
-        name = neg["required"][0]
-        if name in (node.get("required") or []):
-            refuse("not", path, f"'{name}' is both required and forbidden")
+        if _finite(node) is not None:
+            keep = [v for v in _finite(node) if not any(_same(v, b) for b in banned)]
+            if not keep:
+                refuse("not", path, "every value is excluded")
+            out.pop("not")
+            out.pop("const", None)
+            out["enum"] = keep
+            return
+        other = _other_than(banned[0], node) if len(banned) == 1 else None
+        if other:
+            out.pop("not")
+            out.update(other)
+            return
+    names = neg.get("required") if isinstance(neg, dict) else None
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names) and \
+            (_only(neg, "required") or (narrow and _only(neg, "required", "properties", "type"))):
+        # not all of them present: one is absent (exact for `required` alone; with other keywords,
+        # served only: a narrower meaning, since their violation would also satisfy the `not`)
+        if set(names) <= set(node.get("required") or []):
+            refuse("not", path, f"{names} are both required and forbidden")
         out.pop("not")
         out["type"] = "object"
-        out["properties"] = {**out.get("properties", {}), name: False}
+        absent = [{"properties": {n: False}} for n in names if n not in (node.get("required") or [])]
+        _add_any_of(out, absent)
         return
-    refuse("not", path, "only 'not' of a type, of values of a finite node, or of one required property is rewritten")
+    refuse("not", path, "only 'not' of a type, of values, of a string constant or of required properties is rewritten")
 
 
-def rewrite_if(node: dict, out: dict, path: str) -> None:
-    """(``out``'s ``then``/``else`` are the tightened branches.)"""
-    cond = node.get("if")
-    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
-    ok = isinstance(cond, dict) and _only(cond, "properties", "required", "type") and \
-        isinstance(cond.get("properties"), dict) and len(cond["properties"]) == 1
-    if ok:
-        (key, test), = cond["properties"].items()
-        values = _finite(props.get(key, {})) if isinstance(props.get(key), dict) else None
-        ok = (_only(test, "const") and key in (node.get("required") or []) and values is not None
-              and cond.get("required", [key]) == [key] and cond.get("type", "object") == "object")
-    if not ok:
-        refuse("if", path, "only an 'if' on one required property with finite values (a discriminator) is rewritten")
-    v = test["const"]
-    rest = [x for x in values if not _same(x, v)]
-    branches = []
-    if any(_same(x, v) for x in values):
-        branches.append({"properties": {key: {"const": v}}, "allOf": [out.get("then", {})]})
-    if rest:
-        branches.append({"properties": {key: {"enum": rest}}, "allOf": [out.get("else", {})]})
-    for k in ("if", "then", "else"):
-        out.pop(k, None)
-    if "anyOf" in out:
+def _add_any_of(out: dict, branches: list) -> None:
+    if len(branches) == 1 and not set(branches[0]) & set(out):
+        out.update(branches[0])
+    elif "anyOf" in out:
         out["allOf"] = [*out.get("allOf", []), {"anyOf": branches}]
     else:
         out["anyOf"] = branches
 
 
-def rewrite_property_names(node: dict, out: dict, path: str, closed: bool) -> None:
+def rewrite_if(node: dict, out: dict, path: str, narrow: bool = False) -> None:
+    """(``out``'s ``then``/``else`` are the tightened branches.)  On an object node: ``if`` tests
+    one property ``k`` against a constant ``v``: then-branch ``k == v``; else-branches ``k`` absent
+    (unless required) and ``k`` anything else (its other finite values, or any other string)."""
+    cond = node.get("if")
+    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    ok = isinstance(cond, dict) and _only(cond, "properties", "required", "type") and \
+        isinstance(cond.get("properties"), dict) and len(cond["properties"]) == 1
+    other = None
+    if ok:
+        (key, test), = cond["properties"].items()
+        ok = _only(test, "const") and "const" in test and cond.get("required", [key]) == [key] and \
+            cond.get("type", "object") == "object"
+    if ok:
+        # a property the node leaves open: as served, "any other string" stands for "anything else"
+        loose = {"type": "string"} if narrow and isinstance(test["const"], str) else {}
+        other = _other_than(test["const"], props.get(key, loose))
+        ok = other is not None
+    if not ok:
+        refuse("if", path, "only an 'if' testing one property of an object against a constant is rewritten")
+    v, required = test["const"], key in (node.get("required") or [])
+    then, else_ = out.get("then", {}), out.get("else", {})
+    branches = [{"required": [key], "properties": {key: {"const": v}}, "allOf": [then]}]
+    if other is not False:
+        branches.append({"required": [key], "properties": {key: other}, "allOf": [else_]})
+    if not required:
+        # an object without k: the `if` holds when it does not require k, else it fails
+        branches.append({"properties": {key: False}, "allOf": [else_ if "required" in cond else then]})
+    others = sorted(set(types(node) or _ALL) - {"object"})
+    if others:  # a value that is not an object: the `if` holds unless it names a type (then it fails)
+        branches.append({"type": others if len(others) > 1 else others[0],
+                         "allOf": [else_ if "type" in cond else then]})
+        for b in branches[:-1]:
+            b["type"] = "object"
+    for k in ("if", "then", "else"):
+        out.pop(k, None)
+    _add_any_of(out, branches)
+
+
+def rewrite_property_names(node: dict, out: dict, path: str, closed: bool, narrow: bool = False) -> None:
     import jsonschema
 
     names = node["propertyNames"]
-    if not closed:
+    if not closed and narrow and not node.get("patternProperties"):
+        out["additionalProperties"] = False  # served: the listed properties only (narrower)
+    elif not closed:
         refuse("propertyNames", path, "on an object that allows properties it does not list")
     check = jsonschema.Draft202012Validator({"allOf": [names]} if isinstance(names, dict) else names)
     props = dict(out.get("properties") or {})
@@ -140,7 +199,7 @@ def rewrite_property_names(node: dict, out: dict, path: str, closed: bool) -> No
     out.pop("propertyNames")
 
 
-def rewrite_unique(node: dict, out: dict, path: str) -> None:
+def rewrite_unique(node: dict, out: dict, path: str, narrow: bool = False) -> None:
     if node.get("uniqueItems") is not True:
         out.pop("uniqueItems", None)
         return
@@ -150,13 +209,18 @@ def rewrite_unique(node: dict, out: dict, path: str) -> None:
         out.pop("uniqueItems")
         return
     values = _finite(items) if isinstance(items, dict) and "prefixItems" not in node else None
+    lo = node.get("minItems", 0) if isinstance(node.get("minItems"), int) else 0
+    top = 0 if values is None else (len(values) if hi is None else min(hi, len(values)))
+    count = sum(math.perm(len(values), n) for n in range(lo, top + 1)) if values is not None else 0
+    if (values is None or count > UNIQUE_LIMIT) and narrow and lo <= 1:
+        out.pop("uniqueItems")  # served: at most one item, trivially unique (narrower)
+        out["maxItems"] = 1
+        return
     if values is None:
         refuse("uniqueItems", path, "only arrays of enum/const/boolean items (or of at most one item) are rewritten")
-    lo = node.get("minItems", 0) if isinstance(node.get("minItems"), int) else 0
-    top = len(values) if hi is None else min(hi, len(values))
-    seqs = [p for n in range(lo, top + 1) for p in itertools.permutations(values, n)]
-    if not seqs or len(seqs) > UNIQUE_LIMIT:
-        refuse("uniqueItems", path, f"{len(seqs)} arrays of distinct items (the rewrite lists at most {UNIQUE_LIMIT})")
+    seqs = [p for n in range(lo, top + 1) for p in itertools.permutations(values, n)] if count <= UNIQUE_LIMIT else []
+    if not seqs:
+        refuse("uniqueItems", path, f"{count} arrays of distinct items (the rewrite lists at most {UNIQUE_LIMIT})")
     out.pop("uniqueItems")
     out["anyOf"] = [{"prefixItems": [{"const": x} for x in s], "items": False, "minItems": len(s)} for s in seqs]
     if "anyOf" in node:

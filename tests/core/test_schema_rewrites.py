@@ -180,6 +180,12 @@ REWRITES = [  # (schema, documents): each set holds documents the exact and a we
     ({"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True, "maxItems": 2},
      ['["a","b"]', '["a","a"]', '["c"]', "[]", '["a","b","c"]']),
     ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}, ["[true,false]", "[true,true]", "[]"]),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+      "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+      "dependencies": {"a": {"required": ["b"], "properties": {"b": {"minimum": 5}}}}},
+     ['{"a":"x","b":7}', '{"a":"x","b":2}', '{"a":"x"}', '{"b":1}', "{}"]),
+    ({"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "dependentSchemas": {"a": {"required": ["c"]}},
+      "dependentRequired": {"b": ["a"]}}, ['{"a":1,"c":2}', '{"a":1}', '{"a":1,"b":2,"c":3}', '{"b":2}', "{}"]),
 ]
 
 
@@ -187,25 +193,81 @@ REWRITES = [  # (schema, documents): each set holds documents the exact and a we
 def test_rewritten_keywords_accept_exactly_the_valid_documents(matcher, case):
     schema, docs = REWRITES[case]
     grammar = llguidance_source("json", json.dumps(schema), "")
-    valid = [jsonschema.Draft202012Validator(schema).is_valid(json.loads(d)) for d in docs]
+    valid = [jsonschema.validators.validator_for(schema)(schema).is_valid(json.loads(d)) for d in docs]
     assert any(valid) and not all(valid), "each case has valid and invalid documents"
     assert [matcher(grammar, d) for d in docs] == valid
 
 
+def compile_exact(schema: dict) -> str:
+    """The grammar of ``llg_spec.exact`` (the rewrites without the served narrowings)."""
+    from llguidance import LLMatcher
+
+    from radixserve.constrained.llg_spec import exact, json_options
+
+    grammar = LLMatcher.grammar_from_json_schema(json.dumps(exact(schema)), overrides=json_options(""))
+    err = LLMatcher.validate_grammar(grammar)
+    if err:
+        raise ValueError(err)
+    return grammar
+
+
+EXACT_ONLY = [  # rewritten exactly in both modes
+    ({"type": "string", "not": {"const": "ab"}}, ['"ab"', '"a"', '""', '"abc"', '"b"', '"a\\nb"']),
+    ({"type": "object", "properties": {"k": {"type": "string"}, "n": {"type": "integer"}},
+      "if": {"properties": {"k": {"const": "a"}}, "required": ["k"]}, "then": {"required": ["n"]},
+      "else": {"properties": {"n": False}}},
+     ['{"k":"a","n":1}', '{"k":"a"}', '{"k":"b"}', '{"k":"b","n":1}', "{}", '{"n":2}']),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+     ['{"a":1}', '{"b":1}', '{"a":1,"b":2}', "{}"]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(EXACT_ONLY)))
+def test_exact_rewrites_in_exact_mode(matcher, case):
+    schema, docs = EXACT_ONLY[case]
+    grammar = compile_exact(schema)
+    valid = [jsonschema.Draft202012Validator(schema).is_valid(json.loads(d)) for d in docs]
+    assert any(valid) and not all(valid)
+    assert [matcher(grammar, d) for d in docs] == valid
+
+
+NARROWED = [  # served only: a narrower meaning, never a wider one (valid, producible, invalid documents)
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, ['["a"]', "[]"], ['["a","b"]'],
+     ['["a","a"]']),
+    ({"type": "object", "properties": {"ab": {"type": "integer"}}, "additionalProperties": {"type": "integer"},
+      "propertyNames": {"maxLength": 2}}, ['{"ab":1}'], ['{"cd":2}'], ['{"abc":1}']),
+    ({"not": {"type": "integer"}}, ['"x"', "null"], ["1.5"], ["3"]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(NARROWED)))
+def test_served_narrowings_never_admit_an_invalid_document(matcher, case):
+    schema, producible, unproducible_valid, invalid = NARROWED[case]
+    grammar = llguidance_source("json", json.dumps(schema), "")
+    check = jsonschema.Draft202012Validator(schema)
+    assert all(check.is_valid(json.loads(d)) for d in producible + unproducible_valid)
+    assert not any(check.is_valid(json.loads(d)) for d in invalid)
+    assert [matcher(grammar, d) for d in producible] == [True] * len(producible)
+    assert not any(matcher(grammar, d) for d in unproducible_valid + invalid)
+    with pytest.raises(ValueError):  # and refused where the meaning must be exact
+        compile_exact(schema)
+
+
 @pytest.mark.parametrize("schema,needle", [
-    ({"type": "string", "not": {"const": "a"}}, "'not' at #"),
+    ({"type": "string", "not": {"pattern": "a"}}, "'not' at #"),
     ({"not": {"type": "integer"}}, "'not' at #: a number that is not an integer"),
-    ({"type": "object", "properties": {"o": {"type": "object", "properties": {"k": {"type": "string"}},
-                                             "if": {"properties": {"k": {"const": "a"}}}, "then": {}}}},
-     "'if' at #/properties/o"),
+    ({"type": "object", "properties": {"o": {"type": "object", "if": {"properties": {"a": {"const": 1}, "b": {"const": 2}}},
+                                             "then": {}}}}, "'if' at #/properties/o"),
     ({"type": "object", "additionalProperties": {"type": "integer"}, "propertyNames": {"pattern": "^a"}},
      "'propertyNames' at #: on an object that allows properties it does not list"),
-    ({"type": "object", "properties": {"long": {}}, "required": ["long"], "propertyNames": {"maxLength": 2}},
+    ({"type": "object", "properties": {"long": {}}, "required": ["long"], "propertyNames": {"maxLength": 2},
+      "additionalProperties": False},
      "required property 'long'"),
     ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "'uniqueItems' at #"),
-    ({"type": "array", "items": {"enum": list(range(6))}, "uniqueItems": True}, "arrays of distinct items"),
+    ({"type": "array", "items": {"enum": list(range(6))}, "uniqueItems": True, "minItems": 2},
+     "arrays of distinct items"),
 ])
 def test_unrewritable_keywords_are_refused_naming_keyword_and_path(schema, needle):
     with pytest.raises(ValueError) as e:
-        llguidance_source("json", json.dumps(schema), "")
-    assert str(e.value).startswith("sampling_params.json_schema: ") and needle in str(e.value), str(e.value)
+        compile_exact(schema)
+    assert needle in str(e.value), str(e.value)
