@@ -206,7 +206,9 @@ def table(results: dict) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=MIRROR, help="jsonschemabench checkout or git mirror")
-    p.add_argument("--backends", default="llguidance,outlines")
+    p.add_argument("--backends", default="llguidance,outlines,xgrammar",
+                   help="radixserve's grammar backends, and xgrammar as a peer (skipped when not installed)")
+    p.add_argument("--xgrammar-batch", type=int, default=32)
     p.add_argument("--per-subset", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -224,7 +226,16 @@ def main() -> int:
     print(f"{len(items)} schemas from {len(SUBSETS)} subsets (seed {args.seed})", flush=True)
     results = {}
     for b in args.backends.split(","):
-        results[b] = run_backend(b, items, args)
+        if b == "xgrammar":  # a peer: transformers + xgrammar's masks (benchmarks/xgrammar_peer.py)
+            from benchmarks import xgrammar_peer
+
+            why = xgrammar_peer.available()
+            if why:
+                print(f"xgrammar: skipped: {why}", flush=True)
+                continue
+            results[b] = xgrammar_peer.run_xgrammar(items, args, prompt_of, validates, SUBSETS)
+        else:
+            results[b] = run_backend(b, items, args)
         r = results[b]
         print(f"{b}: compile {r['compile_wall_s']:.1f} s, generate {r['generate_wall_s']:.1f} s, "
               f"{len(r['invalid'])} invalid outputs", flush=True)

@@ -106,6 +106,9 @@ class SamplingParams:
     regex: Optional[str] = None
     json_schema: Union[str, dict, None] = None
     choices: Optional[list[str]] = None
+    # what a constrained output does at max_new_tokens: "cut" (stop where it stands) or "close"
+    # (near the end, steer to its shortest valid ending: constrained/budget.py)
+    constraint_budget: str = "cut"
     # SGLang fields (see the class docstring)
     stop_regex: Union[str, list[str], None] = None
     no_stop_trim: bool = False
@@ -229,6 +232,8 @@ class SamplingParams:
                     bad("logit_bias", f"bias for {tid} must be a number")
                 clean[tid] = float(v)
             self.logit_bias = clean
+        if self.constraint_budget not in ("cut", "close"):
+            bad("constraint_budget", 'must be "cut" or "close"')
         for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be a boolean")

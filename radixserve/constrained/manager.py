@@ -31,6 +31,7 @@ from typing import Any, Generic, Optional, TypeVar, Union
 import numpy as np
 
 from radixserve.config import SchedulerConfig
+from radixserve.constrained import budget
 from radixserve.constrained.backend import GrammarBackend
 from radixserve.constrained.registry import make_backend
 from radixserve.constrained.fsm_state import GrammarState
@@ -126,7 +127,11 @@ class GrammarManager(Generic[R]):
     # ------------------------------------------------------------------ per token
     @staticmethod
     def mask(req: GrammarRequest) -> np.ndarray:
-        return _grammar(req).mask(req.sampling.ignore_eos)
+        gs = _grammar(req)
+        mask = gs.mask(req.sampling.ignore_eos)
+        if req.sampling.constraint_budget == "close":
+            return budget.closing_mask(mask, gs.vocab, req.output_ids, req.remaining_new_tokens())
+        return mask
 
     def after_token(self, req: GrammarRequest) -> Optional[FinishReason]:
         tok = req.output_ids[-1]
