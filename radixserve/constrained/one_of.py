@@ -98,17 +98,15 @@ def _meet(a: frozenset, b: frozenset) -> bool:
     return bool(a & b) or bool(a & num and "number" in b) or bool(b & num and "number" in a)
 
 
-def _accepts(schema: Any, value: Any, root: Any) -> bool:
-    """Whether ``schema`` (a subschema of ``root``) accepts ``value``; True when unsure."""
+def _accepts_any(schema: Any, values: list, root: Any) -> bool:
+    """Whether ``schema`` (a subschema of ``root``) accepts one of ``values``; True when unsure."""
     import jsonschema
 
     try:
         cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {})
-        registry_root = dict(root) if isinstance(root, dict) else {}
-        registry_root.pop("$id", None)
-        wrapper = {**{k: v for k, v in registry_root.items() if k in ("$defs", "definitions")},
-                   "allOf": [schema]}
-        return cls(wrapper).is_valid(value)
+        defs = {k: v for k, v in root.items() if k in ("$defs", "definitions")} if isinstance(root, dict) else {}
+        check = cls({**defs, "allOf": [schema]})
+        return any(check.is_valid(v) for v in values)
     except Exception:  # noqa: BLE001 - an unresolvable or invalid schema: not proven
         return True
 
@@ -178,7 +176,7 @@ def disjoint(a: Any, b: Any, ra: Any, rb: Any = None, depth: int = 0) -> bool:
         return True
     for x, y, rx, ry in ((a, b, ra, rb), (b, a, rb, ra)):
         vals = _values(x)
-        if vals is not None and len(vals) <= 64 and not any(_accepts(y, v, ry) for v in vals):
+        if vals is not None and len(vals) <= 64 and not _accepts_any(y, vals, ry):
             return True
         if isinstance(x.get("allOf"), list) and any(disjoint(m, y, rx, ry, depth + 1) for m in x["allOf"]):
             return True
