@@ -113,3 +113,15 @@ def layered_case(prefix_lens: Sequence[int], ext_lens: Sequence[int], num_heads:
     batch = paged_batch(mode, table, list(range(1, len(seq) + 1)), list(prefix_lens), list(ext_lens), new_slots)
     q = torch.randn(sum(ext_lens), num_heads, head_dim, generator=gen).to(dtype)
     return pool, batch, q
+
+
+def decode_after(batch: ForwardBatch, pool: KVPool) -> ForwardBatch:
+    """The DECODE step after ``batch``: one more token per request, in never-used slots of ``pool``
+    (written into ``batch.req_to_token``)."""
+    used = set(batch.req_to_token[batch.req_pool_indices].flatten().tolist())
+    free = [s for s in range(1, pool.num_slots) if s not in used][: batch.batch_size]
+    seq = [n + 1 for n in batch.seq_lens_cpu]
+    for i, s in enumerate(free):
+        batch.req_to_token[batch.req_pool_indices[i], seq[i] - 1] = s
+    return paged_batch(ForwardMode.DECODE, batch.req_to_token, batch.req_pool_indices, [n - 1 for n in seq],
+                       [1] * batch.batch_size, free)

@@ -34,7 +34,7 @@ from radixserve.attention.triton_backend import TritonBackend
 from radixserve.kernels import decode_attention_fwd, extend_attention_fwd, store_kv
 from radixserve.mem_cache.kv_pool import KVPool
 
-from tests.helpers.attention_cases import assert_close, clone_pool, paged_batch, random_pool, random_qkv
+from tests.helpers.attention_cases import assert_close, clone_pool, decode_after, paged_batch, random_pool, random_qkv
 from tests.helpers.attention_reference import attention_reference
 
 # bf16 works under the interpreter (loads/stores/casts are exact); the kernels upcast the
@@ -202,14 +202,7 @@ def test_triton_backend_matches_torch_native(gqa, head_dim, dtype):
         return tri_meta
 
     step(batch)
-    # Decode: one more token per request, in fresh free slots (never-used ones of the pool).
-    used = set(batch.req_to_token[batch.req_pool_indices].flatten().tolist())
-    free = [s for s in range(1, pool.num_slots) if s not in used][: batch.batch_size]
-    seq = [n + 1 for n in batch.seq_lens_cpu]
-    for i, s in enumerate(free):
-        batch.req_to_token[batch.req_pool_indices[i], seq[i] - 1] = s
-    dec = paged_batch(ForwardMode.DECODE, batch.req_to_token, batch.req_pool_indices, [n - 1 for n in seq],
-                      [1] * batch.batch_size, free)
+    dec = decode_after(batch, pool)  # one more token per request, in never-used slots
     meta = step(dec)
     assert meta.num_kv_splits.tolist() == [min(4, -(-n // 8)) for n in seq]
 

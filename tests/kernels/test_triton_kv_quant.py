@@ -22,7 +22,7 @@ from radixserve.attention.triton_backend import TritonBackend
 from radixserve.mem_cache import kv_quant
 from radixserve.mem_cache.kv_pool import KVPool
 
-from tests.helpers.attention_cases import assert_close, layered_case, paged_batch, random_qkv
+from tests.helpers.attention_cases import assert_close, decode_after, layered_case, random_qkv
 from tests.helpers.attention_reference import attention_reference
 
 KINDS = ("int8", "fp8_e4m3", "fp8_e5m2")
@@ -157,13 +157,7 @@ def test_triton_backend_quant(kind, dtype):
                          **TOL[dtype])
 
     step(batch)
-    used = set(batch.req_to_token[batch.req_pool_indices].flatten().tolist())
-    free = [s for s in range(1, pool.num_slots) if s not in used][: batch.batch_size]
-    seq = [n + 1 for n in batch.seq_lens_cpu]
-    for i, s in enumerate(free):
-        batch.req_to_token[batch.req_pool_indices[i], seq[i] - 1] = s
-    step(paged_batch(ForwardMode.DECODE, batch.req_to_token, batch.req_pool_indices, [n - 1 for n in seq],
-                     [1] * batch.batch_size, free))
+    step(decode_after(batch, pool))
 
 
 def test_flashinfer_refuses_quantized_pool():
