@@ -158,8 +158,8 @@ def run_backend(backend: str, items: list, args) -> dict:
     ok = [i for i, (dt, _) in enumerate(comp) if dt is not None]
     t1 = time.perf_counter()
     outs = eng.generate([prompt_of(eng.tokenizer, items[i][2]) for i in ok],
-                        [{"json_schema": items[i][2], "max_new_tokens": args.max_new_tokens, "temperature": 0}
-                         for i in ok]) if ok else []
+                        [{"json_schema": items[i][2], "max_new_tokens": args.max_new_tokens, "temperature": 0,
+                          "constraint_budget": args.constraint_budget} for i in ok]) if ok else []
     gen_wall = time.perf_counter() - t1
     per: dict = {}
     bad = []
@@ -209,6 +209,8 @@ def main() -> int:
     p.add_argument("--backends", default="llguidance,outlines,xgrammar",
                    help="radixserve's grammar backends, and xgrammar as a peer (skipped when not installed)")
     p.add_argument("--xgrammar-batch", type=int, default=32)
+    p.add_argument("--constraint-budget", default="cut", choices=["cut", "close"],
+                   help="radixserve's backends: cut at --max-new-tokens, or steer to close (docs/STRUCTURED_OUTPUT.md)")
     p.add_argument("--per-subset", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=256)

@@ -33,6 +33,7 @@ xgrammar ``root ::= ...``), converted with llguidance's ``gbnf_to_lark``.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -285,5 +286,25 @@ def llguidance_source(kind: str, value: str, whitespace: str) -> str:
     err = LLMatcher.validate_grammar(grammar)
     if err:
         what = "unsupported or invalid schema" if kind == "json" else f"invalid {kind}"
-        raise ValueError(f"sampling_params.{field}: {what}: {err.strip()}")
+        where = locate(json.loads(value), err) if kind == "json" else ""
+        raise ValueError(f"sampling_params.{field}: {what}: {err.strip()}{where}")
     return grammar
+
+
+def locate(schema: Any, err: str) -> str:
+    """`` (at #/path)`` of the first place in ``schema`` holding what llguidance's error names (an
+    unimplemented keyword, an unknown format), or "" when it names neither."""
+    m = re.search(r'Unimplemented keys: \[([^\]]*)\]', err)
+    keys = set(json.loads(f"[{m.group(1)}]")) if m else set()
+    m = re.search(r"Unknown format: (.+)", err)
+    fmt = m.group(1).strip().splitlines()[0] if m else None
+    stack = [(schema, "#")]
+    while stack:
+        node, path = stack.pop(0)
+        if isinstance(node, dict):
+            if keys & node.keys() or (fmt is not None and node.get("format") == fmt):
+                return f" (at {path})"
+            stack.extend((v, f"{path}/{k}") for k, v in node.items() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}/{i}") for i, v in enumerate(node))
+    return ""

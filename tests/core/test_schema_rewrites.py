@@ -271,3 +271,14 @@ def test_unrewritable_keywords_are_refused_naming_keyword_and_path(schema, needl
     with pytest.raises(ValueError) as e:
         compile_exact(schema)
     assert needle in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("schema,needle", [
+    ({"type": "object", "properties": {"x": {"type": "array", "contains": {"const": 1}}}},
+     'Unimplemented keys: ["contains"] (at #/properties/x)'),
+    ({"type": "object", "properties": {"d": {"type": "string", "format": "regex"}}}, "Unknown format: regex (at #/properties/d)"),
+])
+def test_backend_refusals_name_the_path(schema, needle):
+    with pytest.raises(ValueError) as e:
+        llguidance_source("json", json.dumps(schema), "")
+    assert needle in str(e.value), str(e.value)
