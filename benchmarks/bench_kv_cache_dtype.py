@@ -9,7 +9,8 @@ from the pool), so this is the whole loss.  The bar for offering a form is 97% a
 the one-sided 95% Wilson interval, as for weights (``worker/tuning/quant_accuracy.py``).
 
 Capacity: the tokens 1 GB of pool holds in each form.  Speed: ``--batch`` requests of the texts'
-lengths decoding ``--decode`` tokens each (greedy, ignore_eos), tokens per second, and the KV bytes
+lengths prefilled together (prompt tokens per second), then decoding ``--decode`` tokens each
+(greedy, ignore_eos), tokens per second, and the KV bytes
 the decode steps read per second (every step reads each request's whole context once, in the
 pool's bytes per token: the memory-bound part that a smaller form shrinks).
 
@@ -39,17 +40,20 @@ def agreement(eng, seqs: list[list[int]], start: int, exact: list[list[int]]) ->
     return same, total
 
 
-def decode_speed(eng, seqs: list[list[int]], batch: int, decode: int) -> tuple[float, float]:
-    """(output tokens per second, KV GB read per second) of ``batch`` texts decoding together."""
-    prompts = [seqs[i % len(seqs)] for i in range(batch)]
+def speed(eng, seqs: list[list[int]], batch: int, decode: int) -> tuple[float, float, float]:
+    """(prompt tokens per second of prefilling ``batch`` texts, output tokens per second of their
+    decoding together, KV GB read per second by the decode steps)."""
+    prompts = [seqs[i % len(seqs)] + [i] for i in range(batch)]  # distinct: no prefix shared across the batch
     params = {"max_new_tokens": decode, "temperature": 0, "ignore_eos": True}
+    t0 = time.perf_counter()
     eng.generate(input_ids=prompts, sampling_params={**params, "max_new_tokens": 1})  # prefill, then cached
+    prefill = sum(map(len, prompts)) / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     eng.generate(input_ids=prompts, sampling_params=params)
     dt = time.perf_counter() - t0
     eng.flush_cache()
     ctx = sum(len(p) for p in prompts) * decode + batch * decode * decode / 2  # keys read over the steps
-    return batch * decode / dt, ctx * eng.info.kv_bytes_per_slot / dt / 1e9
+    return prefill, batch * decode / dt, ctx * eng.info.kv_bytes_per_slot / dt / 1e9
 
 
 def main() -> None:
@@ -73,8 +77,9 @@ def main() -> None:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "?")
     print(f"machine: {model} ({platform.machine()}); amx: {'amx_tile' in lscpu}, avx512_bf16: {'avx512_bf16' in lscpu}")
-    print("| model dtype | kv_cache_dtype | agreement | lower bound | offered | tokens per GB | decode tok/s | KV GB/s |")
-    print("|---|---|---:|---:|---|---:|---:|---:|")
+    print("| model dtype | kv_cache_dtype | agreement | lower bound | offered | tokens per GB | prefill tok/s "
+          "| decode tok/s | KV GB/s |")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|")
     rows, seqs = [], []
     for dtype in args.dtypes:
         exact: list[list[int]] = []
@@ -86,17 +91,17 @@ def main() -> None:
                 exact = [argmaxes(eng, ids, args.start)[0] for ids in seqs]
                 eng.flush_cache()
             same, total = agreement(eng, seqs, args.start, exact)
-            tps, gbs = decode_speed(eng, seqs, args.batch, args.decode)
+            pre, tps, gbs = speed(eng, seqs, args.batch, args.decode)
             rate = same / max(1, total)
             r = {"dtype": dtype, "model_dtype": str(eng.info.dtype), "kind": kind, "agreement": rate,
                  "positions": total, "lower_bound": lower_bound(rate, total),
                  "offered": lower_bound(rate, total) >= BAR, "tokens_per_gb": 1e9 / eng.info.kv_bytes_per_slot,
-                 "decode_tok_s": tps, "kv_gb_s": gbs, "backend": eng.runner.backend.name}
+                 "prefill_tok_s": pre, "decode_tok_s": tps, "kv_gb_s": gbs, "backend": eng.runner.backend.name}
             eng.shutdown()
             rows.append(r)
             print(f"| {dtype} ({r['model_dtype'].removeprefix('torch.')}) | {kind} | {100 * rate:.2f}% of {total} | "
                   f"{100 * r['lower_bound']:.2f}% | {'yes' if r['offered'] else 'no'} | {r['tokens_per_gb']:,.0f} | "
-                  f"{tps:,.1f} | {gbs:.2f} |", flush=True)
+                  f"{pre:,.0f} | {tps:,.1f} | {gbs:.2f} |", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"machine": model, "args": vars(args), "rows": rows}, f, indent=1)

@@ -72,16 +72,18 @@ def _time(pool: KVPool, batch: ForwardBatch, heads: int, rule: DenseRule) -> flo
     return best
 
 
-def measure(dtype: torch.dtype, num_kv_heads: int, head_dim: int, heads_per_kv: int) -> dict[str, list[float]]:
-    """Seconds per layer at each of ``SIZES``: causal and shared blocks, kernel and flash."""
+def measure(dtype: torch.dtype, num_kv_heads: int, head_dim: int, heads_per_kv: int,
+            quant: Optional[str] = None) -> dict[str, list[float]]:
+    """Seconds per layer at each of ``SIZES``: causal and shared blocks, kernel and flash, over a
+    pool of ``dtype`` (packed as ``quant``: the kernel's fp32 tiles then, flash over dequantized rows)."""
     need = max(SIZES) * 2 + MEMBERS * max(SIZES)
-    pool = KVPool(need, 1, num_kv_heads, head_dim, dtype)
-    pool.k_buffer[0].normal_()
-    pool.v_buffer[0].normal_()
+    pool = KVPool(need, 1, num_kv_heads, head_dim, dtype, quant=quant)
+    every = torch.arange(need)
+    pool.set_kv(0, every, torch.randn(need, num_kv_heads, head_dim), torch.randn(need, num_kv_heads, head_dim))
     heads = num_kv_heads * heads_per_kv
     out: dict[str, list[float]] = {k: [] for k in KINDS}
     dot = False
-    if dtype == torch.bfloat16 and int(torch.ops.radixserve_cpu.attention_bf16_dot(1)) == 1:
+    if dtype == torch.bfloat16 and not quant and int(torch.ops.radixserve_cpu.attention_bf16_dot(1)) == 1:
         # the kernel's blocks with and without bf16 dot products: a prompt, and a decode step of
         # 2 * MEMBERS requests under one shared prefix
         blocks = (_batch(0, [SIZES[0]], pool), _batch(SIZES[0], [1] * (2 * MEMBERS), pool))
@@ -113,7 +115,8 @@ def dense_rule(kv_pool: KVPool, heads_per_kv: int,
     """The measured rule for this machine and head layout (cached); the default rule where the
     measurement fails."""
     key = (f"{cpu_signature()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
-           f"kernels {cpu_native.build_key()} | {kv_pool.dtype} | kv heads {kv_pool.num_kv_heads} x "
+           f"kernels {cpu_native.build_key()} | {kv_pool.dtype}{' ' + kv_pool.quant if kv_pool.quant else ''} | "
+           f"kv heads {kv_pool.num_kv_heads} x "
            f"{heads_per_kv} | head dim {kv_pool.head_dim} | sizes {list(SIZES)}")
     path = os.path.join(loader.cache_root(), "attention_timings.json")
     cache = json_cache.load(path)
@@ -121,7 +124,8 @@ def dense_rule(kv_pool: KVPool, heads_per_kv: int,
     if not (isinstance(timings, dict)
             and all(isinstance(timings.get(k), list) and len(timings[k]) == len(SIZES) for k in KINDS)):
         try:
-            timings = (measure_fn or measure)(kv_pool.dtype, kv_pool.num_kv_heads, kv_pool.head_dim, heads_per_kv)
+            timings = (measure_fn or measure)(kv_pool.dtype, kv_pool.num_kv_heads, kv_pool.head_dim, heads_per_kv,
+                                              **({"quant": kv_pool.quant} if kv_pool.quant else {}))
         except Exception as e:  # a measurement must never stop the server
             logger.warning("attention timing failed (%s); the cpu backend keeps its default rule", e)
             return CpuBackend.default_rule(kv_pool)
