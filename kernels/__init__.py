@@ -6,7 +6,7 @@ Owns (tuning history in ``kernels/README.md``):
   ``_utils``): importing them requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU
   tensors (that is how tests/kernels/test_kernels.py checks them).
 * ``cpu_native``: the native C++ library of ``cpu/*.cpp`` (paged attention, fused ops, int8 and
-  blocked linears, the layer stack, argmax) as ``torch.ops.radixserve_cpu``, compiled on first
+  blocked linears, the layer stack, argmax, the packed-KV store) as ``torch.ops.radixserve_cpu``, compiled on first
   use and cached (no triton needed); ``load()`` is False where it cannot build.
 
 Must not touch: anything of radixserve -- it imports none of it (``attention``, ``model`` and
