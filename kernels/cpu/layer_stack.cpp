@@ -10,7 +10,9 @@
 // Gemma's post-attention / pre- and post-feedforward norms (set_gemma_norms), GeGLU
 // (set_activation), a rotary table per layer type (set_rotaries: each layer's index into run's
 // cos/sin lists) and layers whose attention differs (set_layer_groups: each layer's index into
-// run's per-group plan lists: its K/V store slots, request->slot table, plan, window and cap).
+// run's per-group plan lists: its K/V store slots, request->slot table, plan, window and cap) and
+// a packed (quantized) pool (set_kv_format: rotary writes the new K/V into staging rows, which
+// store_kv_packed packs into the pool, and the attention reads packed rows).
 //
 // Linear layers, by kind (w, a, b as given per layer):
 //   BLOCKED4 / BLOCKED8: blocked_linear(x, w, 4 or 8, a)   (a: the input scale or None)
@@ -21,6 +23,7 @@
 // Zen 4 VM: one core's prefetches stall on its fill buffers instead of overlapping the kernel.)
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <torch/custom_class.h>
@@ -51,6 +54,7 @@ using ActMulSig = at::Tensor(TRef);
 using NormHeadsSig = void(at::Tensor, TRef, TRef, int64_t, int64_t, double);
 using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&,
                           const OptT&, int64_t, double, int64_t);
+using StorePackedSig = void(TRef, TRef, TRef, at::Tensor, at::Tensor, int64_t);
 
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> typed(const char* name) {
@@ -67,6 +71,7 @@ struct Ops {
   c10::TypedOperatorHandle<ActMulSig> gelu_tanh_mul = typed<ActMulSig>("radixserve_cpu::gelu_tanh_mul");
   c10::TypedOperatorHandle<NormHeadsSig> norm_heads = typed<NormHeadsSig>("radixserve_cpu::rms_norm_heads_");
   c10::TypedOperatorHandle<AttentionSig> attention = typed<AttentionSig>("radixserve_cpu::paged_attention");
+  c10::TypedOperatorHandle<StorePackedSig> store_packed = typed<StorePackedSig>("radixserve_cpu::store_kv_packed");
 };
 
 const Ops& ops() {
@@ -143,6 +148,13 @@ class LayerStack : public torch::CustomClassHolder {
   void set_layer_groups(std::vector<int64_t> index) {
     group_ = checked_index(std::move(index), k_bufs_.size(), "set_layer_groups");
   }
+  // The pool's rows are packed (paged_attention's kv_format: 1 int8, 2 fp8_e4m3, 3 fp8_e5m2).
+  void set_kv_format(int64_t format) {
+    TORCH_CHECK(format >= 0 && format <= 3, "LayerStack.set_kv_format: 0 to 3");
+    TORCH_CHECK(format == 0 || (k_bufs_[0].scalar_type() == at::kByte && k_bufs_[0].size(2) > 4),
+                "LayerStack.set_kv_format: packed rows are uint8 [S, Hkv, D + 4]");
+    kv_format_ = format;
+  }
 
   // x [T, hidden]: the embeddings (consumed); returns (the last layer's MLP output, the residual
   // stream before it), as layer_loop.run_layers.  cos/sin: a table per rotary (set_rotaries);
@@ -153,7 +165,7 @@ class LayerStack : public torch::CustomClassHolder {
                                          Tensors tok_ptr, Tensors tok_entries, std::vector<int64_t> windows,
                                          std::vector<double> caps, double scaling) {
     const Ops& o = ops();
-    const int64_t tokens = x.size(0), dim = k_bufs_[0].size(2);
+    const int64_t tokens = x.size(0), dim = k_bufs_[0].size(2) - (kv_format_ ? 4 : 0);
     const size_t groups = locs.size();
     TORCH_CHECK(x.dim() == 2, "LayerStack.run: x [T, hidden]");
     TORCH_CHECK(cos.size() == sin.size() && cos.size() >= entries_needed(rotary_),
@@ -163,7 +175,13 @@ class LayerStack : public torch::CustomClassHolder {
                     windows.size() == groups && caps.size() == groups,
                 "LayerStack.run: per attention group a loc, table, plan, window and cap");
     at::Tensor q = at::empty({tokens, heads_, dim}, x.options());  // one rotated-q buffer for every layer
-    at::Tensor out = at::empty({tokens, heads_, dim}, k_bufs_[0].options());
+    at::Tensor out = at::empty({tokens, heads_, dim}, kv_format_ ? x.options() : k_bufs_[0].options());
+    at::Tensor k_stage, v_stage, stage_loc;  // a packed pool: this step's K/V before they are packed
+    if (kv_format_) {
+      k_stage = at::empty({tokens, k_bufs_[0].size(1), dim}, x.options());
+      v_stage = at::empty({tokens, k_bufs_[0].size(1), dim}, x.options());
+      stage_loc = at::arange(tokens, x.options().dtype(at::kLong));
+    }
     at::Tensor residual;
     const bool gemma = !ff_norms_.empty();
     for (int64_t l = 0; l < num_layers(); ++l) {
@@ -180,9 +198,14 @@ class LayerStack : public torch::CustomClassHolder {
         qkv = qkv.contiguous();
         o.norm_heads.call(qkv, qk_norms_[2 * l], qk_norms_[2 * l + 1], heads_, k_bufs_[l].size(1), qk_eps_);
       }
-      o.rope_store.call(qkv, positions, cos[r], sin[r], k_bufs_[l], v_bufs_[l], locs[g], q);
+      if (kv_format_) {
+        o.rope_store.call(qkv, positions, cos[r], sin[r], k_stage, v_stage, stage_loc, q);
+        o.store_packed.call(k_stage, v_stage, locs[g], k_bufs_[l], v_bufs_[l], kv_format_);
+      } else {
+        o.rope_store.call(qkv, positions, cos[r], sin[r], k_bufs_[l], v_bufs_[l], locs[g], q);
+      }
       o.attention.call(q, k_bufs_[l], v_bufs_[l], r2ts[g], tasks[g], entry_tok[g], positions, tok_ptr[g],
-                       tok_entries[g], scaling, out, std::nullopt, std::nullopt, windows[g], caps[g], 0);
+                       tok_entries[g], scaling, out, std::nullopt, std::nullopt, windows[g], caps[g], kv_format_);
       x = linear(lin[1], out.view({tokens, heads_ * dim})).contiguous();
       if (gemma) {  // the attention output is normed before it joins the stream
         x = o.rms.call(x, norms_[2 * l + 1], eps_);
@@ -219,7 +242,7 @@ class LayerStack : public torch::CustomClassHolder {
   std::vector<int64_t> rotary_, group_;  // per layer (empty: all 0)
   std::optional<c10::OperatorHandle> packed_;
   double eps_, qk_eps_ = 0.0;
-  int64_t heads_, act_ = SILU;
+  int64_t heads_, act_ = SILU, kv_format_ = 0;
 };
 
 }  // namespace
@@ -233,5 +256,6 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
       .def("set_gemma_norms", &LayerStack::set_gemma_norms)
       .def("set_activation", &LayerStack::set_activation)
       .def("set_rotaries", &LayerStack::set_rotaries)
-      .def("set_layer_groups", &LayerStack::set_layer_groups);
+      .def("set_layer_groups", &LayerStack::set_layer_groups)
+      .def("set_kv_format", &LayerStack::set_kv_format);
 }

@@ -129,6 +129,10 @@ class AttentionBackend(ABC):
     # ``kv_pool`` at ``batch.out_cache_loc`` itself (fused with rotary) and call ``attend`` with
     # ``k = v = None`` instead of ``forward``.
     caller_stores_kv: Optional[torch.dtype] = None
+    # When nonzero (the CPU backend over a packed pool: ``kernels/cpu/kv_packed.h``'s kv_format),
+    # a caller whose K/V are in the pool's ``dtype`` may instead pack them into the pool itself with
+    # ``radixserve_cpu::store_kv_packed(k, v, loc, k_buf, v_buf, packed_store)`` and then ``attend``.
+    packed_store: int = 0
     # The LayerAttention features this backend computes (a subclass lists what it implements).
     supported_features: frozenset[str] = frozenset()
 

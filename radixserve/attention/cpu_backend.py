@@ -105,7 +105,7 @@ class CpuBackend(AttentionBackend):
             torch.ops.radixserve_cpu.attention_bf16_dot(int(self.dense.bf16_dot))
         # attend reads K/V from the pool only; a packed pool is written by store_kv alone
         self.caller_stores_kv = None if kv_pool.quant else kv_pool.dtype
-        self.kv_format = cpu_native.KV_FORMATS[kv_pool.quant]
+        self.kv_format = self.packed_store = cpu_native.KV_FORMATS[kv_pool.quant]
 
     @property
     def name(self) -> str:

@@ -32,7 +32,8 @@ from radixserve.attention.base import AttentionBackend, ForwardBatch
 
 def usable(model: Any, backend: AttentionBackend, dtype: torch.dtype) -> bool:
     """True when ``run_layers`` computes exactly what the module path would for ``model``."""
-    return (model.layout.size == 1 and model.rotary.fused and backend.caller_stores_kv == dtype
+    stores = backend.caller_stores_kv == dtype or (backend.packed_store and backend.kv_pool.dtype == dtype)
+    return (model.layout.size == 1 and model.rotary.fused and stores
             and len(model.layers) > 0 and model.native_layers)
 
 
@@ -49,6 +50,10 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
     positions = batch.positions
     tokens = x.shape[0]
     first = model.layers[0].self_attn
+    packed = backend.packed_store
+    if packed:  # rotary writes this step's K/V into staging rows; store_kv_packed packs them
+        k_stage = x.new_empty(tokens, first.num_kv_heads, first.head_dim)
+        v_stage, stage_loc, store = torch.empty_like(k_stage), torch.arange(tokens), ops.store_kv_packed.default
     q = x.new_empty(tokens, first.num_heads, first.head_dim)  # one rotated-q buffer for every layer
     attend = backend.step_attention(batch, first.num_heads)
     residual = None
@@ -70,7 +75,11 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
                        attn.num_kv_heads, q_norm.eps)
         rotary = a_mods["rotary"]  # (Gemma 3: one per layer type)
         loc = batch.layer_slots(pool, lid)[0]  # (a sliding layer of a hybrid pool: its own slots)
-        rope_store(qkv, positions, rotary.cos, rotary.sin, k_bufs[lid], v_bufs[lid], loc, q)
+        if packed:
+            rope_store(qkv, positions, rotary.cos, rotary.sin, k_stage, v_stage, stage_loc, q)
+            store(k_stage, v_stage, loc, k_bufs[lid], v_bufs[lid], packed)
+        else:
+            rope_store(qkv, positions, rotary.cos, rotary.sin, k_bufs[lid], v_bufs[lid], loc, q)
         x = a_mods["o_proj"](attend(q, lid, attn.scaling).view(tokens, attn.q_size))
         x = x.contiguous()
         pre_ff = mods.get("pre_feedforward_layernorm")

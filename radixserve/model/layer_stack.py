@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from radixserve.attention.base import AttentionBackend, ForwardBatch
+from radixserve.kernels import cpu_native
 from radixserve.model.packed_linear import PackedLinear
 from radixserve.model.quant import QuantLinear
 
@@ -147,6 +148,8 @@ class _Stacks:
             stack.set_gemma_norms(self.ff_norm_weights)
         stack.set_activation(self.act)
         stack.set_rotaries(self.rotary_index)
+        if self.pool.quant:
+            stack.set_kv_format(cpu_native.KV_FORMATS[self.pool.quant])
         if self.layer_groups is not None:
             stack.set_layer_groups(self.layer_groups)
         return stack

@@ -59,6 +59,7 @@ def _run(tiny_dir: str, dtype: str, mode: str, monkeypatch, inspect=None, **engi
     try:
         if mode == "modules":
             eng.runner.backend.caller_stores_kv = None
+            eng.runner.backend.packed_store = 0
         gen = torch.Generator().manual_seed(0)  # the tiny model's norms are all ones: make each layer's differ
         for name, p in eng.runner.model.named_parameters():
             if name.endswith("layernorm.weight"):
@@ -89,6 +90,19 @@ def test_fast_paths_are_bit_identical_to_the_module_path(tiny_dir, dtype, kernel
     assert ref_calls == fused_calls == 0 and loop_calls > 10, "each path ran where it should"
     assert stacked > 10 and stacked + stack_loop_calls == loop_calls, "the stack ran where it applies"
     assert fused == ref
+    assert loop == ref
+    assert stack == ref
+
+
+@pytest.mark.parametrize("dtype,kind", [("float32", "int8"), ("bfloat16", "fp8_e4m3")])
+def test_fast_paths_over_a_packed_pool(tiny_dir, dtype, kind, monkeypatch):
+    """A quantized pool (``--kv-cache-dtype``): the loop and the stack stage the rotated K/V and
+    pack them with ``store_kv_packed``, as the module path's ``store_kv`` does: the same bits."""
+    kw = {"dense_kernel": "plain", "kv_cache_dtype": kind}
+    ref, ref_calls, _ = _run(tiny_dir, dtype, "modules", monkeypatch, **kw)
+    loop, loop_calls, _ = _run(tiny_dir, dtype, "loop", monkeypatch, **kw)
+    stack, stack_loop_calls, stacked = _run(tiny_dir, dtype, "stack", monkeypatch, **kw)
+    assert ref_calls == 0 and loop_calls > 10 and stacked > 10
     assert loop == ref
     assert stack == ref
 
