@@ -23,8 +23,9 @@ A quantized pool (``KVPool.quant``: packed int8/fp8 rows with a scale per token 
 by the same kernel, which dequantizes each K/V row as it loads it (the key's scale multiplies its
 scores, the value's its weights; fp32 tiles); the new tokens' rows are packed by one native op per
 layer (``store_kv``: ``radixserve_cpu::store_kv_packed``), and flash-attention blocks read the
-prefix dequantized (``KVPool.read_kv``).  Such a pool has no caller-stored K/V (no fused
-rotary-and-store, no layer stack): the model runs the per-module path.
+prefix dequantized (``KVPool.read_kv``).  Its callers do not write raw K/V into it
+(``caller_stores_kv`` is None); the layer loop and stack pack their staged K/V themselves
+(``packed_store``, the kernel's kv_format).
 
 Sliding windows and logit soft-capping (``LayerAttention``) are the kernel's per-call ``window``
 and ``softcap``.  A backend with such layers keeps one plan per (window, soft-capped) of the
