@@ -2,8 +2,11 @@
 
 By default a constrained request that reaches ``max_new_tokens`` is cut where it stands (a JSON
 document without its closing brackets).  With ``"close"``, once the tokens left are about what it
-takes to close what is open (``reserve``: twice the open brackets, plus one for an open string,
-plus ``SLACK``), the mask is narrowed to the allowed tokens of the first non-empty class of:
+takes to close what is open and write what is still required (``reserve``: twice the open
+brackets, plus one for an open string, plus ``SLACK``, plus half the budget: on JSONSchemaBench a
+small model that ran out had mostly written one value at length, with required properties still
+to come; at 384 tokens half finished 165 of 182 schemas, a quarter 164 with integer bounds
+added), the mask is narrowed to the allowed tokens of the first non-empty class of:
 
 1. EOS (the output is complete);
 2. inside a string: tokens that end it, a ``"`` and then only ``]``/``}`` (``"``, ``"}``, ``"]}``);
@@ -25,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 SLACK = 8
+SHARE = 2  # and half the budget: what is still required after the open brackets
 MAX_RESERVE = 256  # never more tokens than this are kept back
 MODES = ("cut", "close")
 _CLOSERS = re.compile(rb'^\s*(?:[\]}]\s*)+$')
@@ -75,10 +79,10 @@ def _state(output_ids: Sequence[int], vocab: Any) -> tuple[int, bool]:
     return nesting(b"".join(vocab.token_bytes[t] or b"" for t in output_ids if 0 <= t < vocab.size))
 
 
-def reserve(output_ids: Sequence[int], vocab: Any) -> int:
-    """Tokens kept back for closing the output so far."""
+def reserve(output_ids: Sequence[int], vocab: Any, budget: int = 0) -> int:
+    """Tokens kept back for closing the output so far, of a ``budget`` of new tokens."""
     depth, in_str = _state(output_ids, vocab)
-    return 2 * depth + int(in_str) + SLACK
+    return 2 * depth + int(in_str) + SLACK + budget // SHARE
 
 
 def closing_mask(mask: np.ndarray, vocab: Any, output_ids: Sequence[int], remaining: int) -> np.ndarray:
@@ -87,7 +91,7 @@ def closing_mask(mask: np.ndarray, vocab: Any, output_ids: Sequence[int], remain
     if remaining > MAX_RESERVE:
         return mask
     depth, in_str = _state(output_ids, vocab)
-    if remaining > 2 * depth + int(in_str) + SLACK:
+    if remaining > 2 * depth + int(in_str) + SLACK + (remaining + len(output_ids)) // SHARE:
         return mask
     eos = mask & vocab.eos_mask
     if eos.any():

@@ -35,7 +35,7 @@ def test_closing_mask_narrows_only_near_the_end():
     vocab = _Vocab([b'{"a', b'"}', b"}", b'"', b"0", b"xyz", None], eos=6)
     out = [0]  # '{"a': one bracket and a string open -> reserve 2 + 1 + SLACK
     full = np.array([False, True, True, True, True, True, False])
-    assert budget.closing_mask(full, vocab, out, budget.reserve(out, vocab) + 1) is full
+    assert budget.closing_mask(full, vocab, out, 100) is full  # 100 > reserve + a quarter of 101
     got = budget.closing_mask(full, vocab, out, 2)
     assert got.tolist() == [False, True, False, True, False, False, False]  # in a string: what ends it
     closed = [0, 1]  # '{"a"}': nothing open, no string -> the bracket closers would come first
