@@ -57,7 +57,7 @@ def make_checker(mode: str) -> Callable[[Any], tuple[Optional[Callable[[str], bo
     """``compile(schema) -> (producible(doc) or None when refused, refusal message)``."""
     from llguidance import LLMatcher, LLTokenizer
 
-    from radixserve.constrained.llg_spec import exact, json_options, tighten
+    from radixserve.constrained.llg_spec import exact, json_options, overlap_report, tighten
     from radixserve.constrained.vocab import find_backend
     from radixserve.model.loader import resolve_hf_dir
     from radixserve.tokenizer import load_light_tokenizer
@@ -72,8 +72,8 @@ def make_checker(mode: str) -> Callable[[Any], tuple[Optional[Callable[[str], bo
             err = LLMatcher.validate_grammar(grammar)
         except (ValueError, TypeError) as e:
             return None, str(e)
-        if err:
-            return None, err.strip()
+        if err:  # (an unproven oneOf: the pair that may overlap)
+            return None, (overlap_report(schema, mode != "exact") if "coerce_one_of" in err else None) or err.strip()
 
         def producible(doc: str) -> bool:
             m = LLMatcher(llt, grammar, log_level=0)

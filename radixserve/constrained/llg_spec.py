@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, Optional
 
 from radixserve.constrained import formats, one_of, rewrites
 
@@ -165,7 +165,7 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     return out
 
 
-def one_of_pass(given: Any, tight: Any, narrow: bool = False) -> Any:
+def one_of_pass(given: Any, tight: Any, narrow: bool = False, report: Optional[list] = None) -> Any:
     """``tight`` (``close_objects``' copy of ``given``) with each ``oneOf`` of more than one branch
     turned into an ``anyOf`` (in place), after the whole tree is tightened so that a branch's
     ``$ref`` is followed into the tightened definitions.  ``narrow`` (served): a branch that is a
@@ -183,10 +183,20 @@ def one_of_pass(given: Any, tight: Any, narrow: bool = False) -> Any:
         if isinstance(g.get("oneOf"), list) and len(g["oneOf"]) > 1 and isinstance(t.get("oneOf"), list):
             if narrow:
                 t["oneOf"] = [_keyed(b) for b in t["oneOf"]]
-            _one_of_as_any_of(g, t, path, given, tight)
+            why = _one_of_as_any_of(g, t, path, given, tight)
+            if why and report is not None:
+                report.append(why)
 
     walk(given, tight, "#")
     return tight
+
+
+def overlap_report(schema: Any, narrow: bool = True) -> Optional[str]:
+    """Why the first ``oneOf`` not proven disjoint stays a ``oneOf`` (None: every one was proven)."""
+    found: list = []
+    open_refs = frozenset(_all_of_refs(schema)) if narrow else frozenset()
+    one_of_pass(schema, close_objects(schema, False, open_refs, "#", schema, narrow), narrow, found)
+    return found[0] if found else None
 
 
 def _keyed(branch: Any) -> Any:
@@ -197,24 +207,26 @@ def _keyed(branch: Any) -> Any:
     return branch
 
 
-def _one_of_as_any_of(node: dict, out: dict, path: str, root: Any, tight_root: Any) -> None:
+def _one_of_as_any_of(node: dict, out: dict, path: str, root: Any, tight_root: Any) -> Optional[str]:
     """``out``'s oneOf becomes an anyOf when each branch, as generated, is proven disjoint from
-    every other branch as written; otherwise ValueError naming the first pair that may overlap."""
+    every other branch as written.  Otherwise it stays a oneOf, for llguidance's own proof (it
+    refuses what it cannot prove, ``coerce_one_of`` being off), and the message naming the first
+    pair that may overlap is returned for that refusal."""
     context = {k: v for k, v in node.items() if k != "oneOf"}
     pair = one_of.first_overlap(out["oneOf"], node["oneOf"], tight_root, root, context)
     if pair is not None:
         i, j = pair
-        raise ValueError(
-            f"'oneOf' at {path}: branches {i} and {j} may overlap ({one_of.describe(node['oneOf'][i])} and "
-            f"{one_of.describe(node['oneOf'][j])}), and a value matching both would not validate; a oneOf is "
-            "compiled only when its branches are proven disjoint (different types, distinct const/enum values "
-            "of a required property, a required property the other branch's closed object lacks, ranges that "
-            "cannot meet); use anyOf if matching several branches is fine")
+        return (f"'oneOf' at {path}: branches {i} and {j} may overlap ({one_of.describe(node['oneOf'][i])} and "
+                f"{one_of.describe(node['oneOf'][j])}), and a value matching both would not validate; a oneOf is "
+                "compiled only when its branches are proven disjoint (different types, distinct const/enum values "
+                "of a required property, a required property the other branch's closed object lacks, ranges "
+                "that cannot meet); use anyOf if matching several branches is fine")
     branches = out.pop("oneOf")
     if "anyOf" in out:
         out["allOf"] = [*out.get("allOf", []), {"anyOf": branches}]
     else:
         out["anyOf"] = branches
+    return None
 
 
 def _property_dependencies(node: dict) -> None:
@@ -284,6 +296,10 @@ def llguidance_source(kind: str, value: str, whitespace: str) -> str:
     except (ValueError, TypeError) as e:
         raise ValueError(f"sampling_params.{field}: {e}") from None
     err = LLMatcher.validate_grammar(grammar)
+    if err and kind == "json" and "coerce_one_of" in err:  # a oneOf neither proof covers: name the pair
+        why = overlap_report(json.loads(value))
+        if why:
+            raise ValueError(f"sampling_params.{field}: {why}")
     if err:
         what = "unsupported or invalid schema" if kind == "json" else f"invalid {kind}"
         where = locate(json.loads(value), err) if kind == "json" else ""

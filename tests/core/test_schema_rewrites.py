@@ -69,8 +69,8 @@ def test_disjoint_one_of_accepts_exactly_the_valid_documents(matcher, case):
     ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "at #: branches 0 and 1"),
     ({"type": "object", "properties": {"v": {"oneOf": [{"type": "number"}, {"type": "integer"}]}}},
      "at #/properties/v: branches 0 and 1"),
-    ({"oneOf": [{"type": "object", "properties": {"a": {}}},  # no required property: {} matches both
-                {"type": "object", "properties": {"b": {}}}]}, "branches 0 and 1"),
+    ({"oneOf": [{"type": "object", "properties": {"a": {}, "c": {}}},  # nothing required: {"c":1} matches both
+                {"type": "object", "properties": {"b": {}, "c": {}}}]}, "branches 0 and 1"),
 ])
 def test_overlapping_one_of_is_refused_naming_path_and_branches(schema, where):
     with pytest.raises(ValueError) as e:
