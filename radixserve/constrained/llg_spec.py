@@ -283,19 +283,29 @@ def llguidance_source(kind: str, value: str, whitespace: str) -> str:
 
     field = FIELD[kind]
     lark = to_lark(value) if kind == "ebnf" else ""
+    err: Optional[str] = None
     try:
         if kind == "regex":
             grammar = LLMatcher.grammar_from_regex(value)
         elif kind == "json":
-            schema = tighten(json.loads(value))
+            given = json.loads(value)
+            schema = close_objects(given, False, frozenset(_all_of_refs(given)), "#", given)
             grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
+            err = LLMatcher.validate_grammar(grammar)
+            if err and '"oneOf"' in value and "coerce_one_of" in err:
+                # a oneOf llguidance cannot prove disjoint itself: ours may (one_of.py); what llguidance
+                # proves costs nothing more than it did
+                schema = one_of_pass(given, schema, True)
+                grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
+                err = None
         elif kind == "choices":
             grammar = LLMatcher.grammar_from_lark(choices_lark(json.loads(value)))
         else:
             grammar = LLMatcher.grammar_from_lark(lark)
     except (ValueError, TypeError) as e:
         raise ValueError(f"sampling_params.{field}: {e}") from None
-    err = LLMatcher.validate_grammar(grammar)
+    if kind != "json" or err is None:
+        err = LLMatcher.validate_grammar(grammar)
     if err and kind == "json" and "coerce_one_of" in err:  # a oneOf neither proof covers: name the pair
         why = overlap_report(json.loads(value))
         if why:
