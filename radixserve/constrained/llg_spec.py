@@ -117,8 +117,8 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
         return [close_objects(x, in_all_of, open_refs, path, root, narrow) for x in node]
     if not isinstance(node, dict):
         return node
-    if set(node) - rewrites.ANNOTATIONS == {"not"} and node["not"] in ({}, True):
-        return False  # `not: {}`: no value (a property that must not appear)
+    if path != "#" and set(node) - rewrites.ANNOTATIONS == {"not"} and node["not"] in ({}, True):
+        return False  # `not: {}` below the root: no value (a property that must not appear)
     out = dict(node)
     pat = node.get("pattern")
     if narrow and isinstance(pat, str) and "^" not in pat and "$" not in pat:
