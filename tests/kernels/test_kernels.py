@@ -204,7 +204,7 @@ def test_triton_backend_matches_torch_native(gqa, head_dim, dtype):
     step(batch)
     dec = decode_after(batch, pool)  # one more token per request, in never-used slots
     meta = step(dec)
-    assert meta.num_kv_splits.tolist() == [min(4, -(-n // 8)) for n in seq]
+    assert meta.num_kv_splits.tolist() == [min(4, -(-n // 8)) for n in dec.seq_lens_cpu]
 
 
 def test_create_attention_backend_triton():

@@ -51,7 +51,8 @@ def test_generate_mixed_batch(server):
     ({"json_schema": {"type": "array", "items": {}, "contains": {"const": 1}}}, "contains"),
     ({"ebnf": "root ::= foo"}, "sampling_params.ebnf: not a valid Lark or GBNF grammar"),
     ({"regex": r"\p{NoSuchClass}"}, "sampling_params.regex"),
-    ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
+    ({"json_schema": {"type": "object", "properties": {"x": {"type": "string", "not": {"pattern": "a"}}}}},
+     "'not' at #/properties/x"),
     ({"choices": []}, "sampling_params.choices"),
     ({"regex": "a", "choices": ["a"]}, "give only one of"),
 ])
@@ -82,9 +83,9 @@ def test_openai_response_format(server):
     assert chat.choices[0].message.content in ("a", "bc")
     with pytest.raises(openai.BadRequestError, match="ebnf: not a valid Lark or GBNF grammar"):
         oai.completions.create(model="m", prompt="Q:", max_tokens=8, extra_body={"ebnf": "root ::= nope"})
-    with pytest.raises(openai.BadRequestError, match="response_format: unsupported or invalid schema.*uniqueItems"):
+    with pytest.raises(openai.BadRequestError, match="response_format: unsupported or invalid schema.*contains"):
         oai.chat.completions.create(model="m", messages=msgs, max_tokens=8, response_format={
-            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}})
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "contains": {"const": 1}}}})
     with pytest.raises(openai.BadRequestError, match="response_format: unsupported or invalid schema"):
         oai.chat.completions.create(model="m", messages=msgs, max_tokens=8, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}})
