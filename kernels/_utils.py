@@ -10,7 +10,7 @@ import triton.language as tl
 # The kernels' KV_FORMAT constexpr: 0 an exact pool (K/V in a float dtype); else packed rows of a
 # quantized pool (radixserve.mem_cache.kv_quant, not imported here: kernels import no radixserve):
 # per token and KV head, head_dim one-byte codes then the fp32 scale, value = code * scale.
-KV_FORMATS = {None: 0, "int8": 1, "fp8_e4m3": 2, "fp8_e5m2": 3}
+from radixserve.kernels.kv_formats import KV_FORMATS
 
 
 def kv_format(kv_quant: Optional[str], buffers: tuple[torch.Tensor, ...], head_dim: int) -> int:

@@ -26,6 +26,8 @@ from typing import Optional
 
 import torch
 
+from radixserve.kernels.kv_formats import KV_FORMATS  # noqa: F401 - the native ops' kv_format codes
+
 logger = logging.getLogger(__name__)
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
@@ -36,8 +38,6 @@ HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h",
                                                                     "attn_mods.h", "attn_prefetch.h", "attn_bf16.h",
                                                                     "blocked_isa.h", "blocked_amx.h", "amx_tiles.h",
                                                                     "kv_packed.h"))
-# kv_format of the native ops (kernels/cpu/kv_packed.h) for each packed pool format
-KV_FORMATS = {None: 0, "int8": 1, "fp8_e4m3": 2, "fp8_e5m2": 3}
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 

@@ -79,10 +79,13 @@ def _state(output_ids: Sequence[int], vocab: Any) -> tuple[int, bool]:
     return nesting(b"".join(vocab.token_bytes[t] or b"" for t in output_ids if 0 <= t < vocab.size))
 
 
+def _reserve(depth: int, in_str: bool, budget: int) -> int:
+    return 2 * depth + int(in_str) + SLACK + budget // SHARE
+
+
 def reserve(output_ids: Sequence[int], vocab: Any, budget: int = 0) -> int:
     """Tokens kept back for closing the output so far, of a ``budget`` of new tokens."""
-    depth, in_str = _state(output_ids, vocab)
-    return 2 * depth + int(in_str) + SLACK + budget // SHARE
+    return _reserve(*_state(output_ids, vocab), budget)
 
 
 def closing_mask(mask: np.ndarray, vocab: Any, output_ids: Sequence[int], remaining: int) -> np.ndarray:
@@ -91,7 +94,7 @@ def closing_mask(mask: np.ndarray, vocab: Any, output_ids: Sequence[int], remain
     if remaining > MAX_RESERVE:
         return mask
     depth, in_str = _state(output_ids, vocab)
-    if remaining > 2 * depth + int(in_str) + SLACK + (remaining + len(output_ids)) // SHARE:
+    if remaining > _reserve(depth, in_str, remaining + len(output_ids)):
         return mask
     eos = mask & vocab.eos_mask
     if eos.any():

@@ -221,7 +221,7 @@ def rewrite_unique(node: dict, out: dict, path: str, narrow: bool = False) -> No
     seqs = [p for n in range(lo, top + 1) for p in itertools.permutations(values, n)] if count <= UNIQUE_LIMIT else []
     if not seqs:
         refuse("uniqueItems", path, f"{count} arrays of distinct items (the rewrite lists at most {UNIQUE_LIMIT})")
-    out.pop("uniqueItems")
-    out["anyOf"] = [{"prefixItems": [{"const": x} for x in s], "items": False, "minItems": len(s)} for s in seqs]
     if "anyOf" in node:
         refuse("uniqueItems", path, "beside an 'anyOf'")
+    out.pop("uniqueItems")
+    out["anyOf"] = [{"prefixItems": [{"const": x} for x in s], "items": False, "minItems": len(s)} for s in seqs]
