@@ -25,7 +25,8 @@ a small model otherwise writes digits until ``max_new_tokens``).  Objects are cl
 extra properties (no ``additionalProperties``, ``patternProperties``,
 ``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
 ``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
-the model writes the listed properties only (as xgrammar's strict mode does).
+the model writes the listed properties only (as xgrammar's strict mode does).  Repeated string leaves are
+compiled once (``shared_leaves.py``).
 
 ``ebnf`` takes Lark (llguidance's syntax, a ``start:`` rule) or GBNF (llama.cpp / SGLang's
 xgrammar ``root ::= ...``), converted with llguidance's ``gbnf_to_lark``.
@@ -37,7 +38,7 @@ import re
 from functools import lru_cache
 from typing import Any, Optional
 
-from radixserve.constrained import formats, one_of, rewrites
+from radixserve.constrained import formats, one_of, rewrites, shared_leaves
 
 FIELD = {"regex": "regex", "json": "json_schema", "choices": "choices", "ebnf": "ebnf"}
 
@@ -111,54 +112,63 @@ def exact(schema: Any) -> Any:
     return one_of_pass(schema, close_objects(schema, False, frozenset(), "#", schema, narrow=False))
 
 
+_MAPS, _ONES, _OPENING = frozenset(_SUB_DICTS), frozenset(_SUB_ONE), frozenset(_OPEN)
+_MERGING = frozenset(("if", "then", "else"))
+_DEPENDENCIES = frozenset(("dependencies", "dependentRequired", "dependentSchemas"))
+
+
 def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#",
                   root: Any = None, narrow: bool = True) -> Any:
     if isinstance(node, list):
         return [close_objects(x, in_all_of, open_refs, path, root, narrow) for x in node]
     if not isinstance(node, dict):
         return node
-    if path != "#" and set(node) - rewrites.ANNOTATIONS == {"not"} and node["not"] in ({}, True):
+    if "not" in node and path != "#" and node["not"] in ({}, True) and set(node) - rewrites.ANNOTATIONS == {"not"}:
         return False  # `not: {}` below the root: no value (a property that must not appear)
     out = dict(node)
+    merged = None
+    for k, v in node.items():  # the subschemas, by the keywords the node has
+        if k in _MAPS:
+            if isinstance(v, dict):
+                out[k] = {name: close_objects(x, (p := f"{path}/{k}/{name}") in open_refs, open_refs, p, root, narrow)
+                          for name, x in v.items()}
+        elif k in _ONES:
+            if isinstance(v, (dict, list)):  # if/then/else merge with the node, as allOf members do
+                out[k] = close_objects(v, k in _MERGING, open_refs, f"{path}/{k}", root, narrow)
+        elif k == "anyOf" or k == "oneOf" or k == "prefixItems":
+            if isinstance(v, list):
+                # an anyOf/oneOf branch merges with its node's other keywords (an allOf's siblings
+                # too): closing it would ban the properties the node requires
+                if merged is None:
+                    merged = in_all_of or bool(node.get("required")) or "allOf" in node
+                out[k] = [close_objects(x, merged and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow)
+                          for i, x in enumerate(v)]
+        elif k == "allOf":
+            if isinstance(v, list):
+                out[k] = [close_objects(x, True, open_refs, f"{path}/allOf/{i}", root, narrow) for i, x in enumerate(v)]
     pat = node.get("pattern")
     if narrow and isinstance(pat, str) and "^" not in pat and "$" not in pat:
         out["pattern"] = f"^(?:{pat})$"
     if narrow and node.get("type") == "number" and not any(k in node for k in ("multipleOf", "enum", "const")):
         out["multipleOf"] = FRACTION_STEP  # at most 10 decimals, no exponent (outlines-core's cap)
-    if node.get("format") == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
-        del out["format"]
-        out["pattern"] = BASE64
-    formats.rewrite(node, out)  # the 2020-12 formats llguidance lacks (formats.py)
-    for k in _SUB_DICTS:
-        if isinstance(node.get(k), dict):
-            out[k] = {name: close_objects(v, f"{path}/{k}/{name}" in open_refs, open_refs, f"{path}/{k}/{name}", root,
-                                          narrow)
-                      for name, v in node[k].items()}
-    for k in _SUB_ONE:
-        if isinstance(node.get(k), (dict, list)):  # if/then/else merge with the node, as allOf members do
-            out[k] = close_objects(node[k], k in ("if", "then", "else"), open_refs, f"{path}/{k}", root, narrow)
-    # an anyOf/oneOf branch merges with its node's other keywords (an allOf's siblings too): closing it
-    # would ban the properties the node requires
-    merged = in_all_of or bool(node.get("required")) or "allOf" in node
-    for k in ("anyOf", "oneOf", "prefixItems"):
-        if isinstance(node.get(k), list):
-            out[k] = [close_objects(v, merged and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow)
-                      for i, v in enumerate(node[k])]
-    if isinstance(node.get("allOf"), list):
-        out["allOf"] = [close_objects(v, True, open_refs, f"{path}/allOf/{i}", root, narrow)
-                        for i, v in enumerate(node["allOf"])]
+    if "format" in node:
+        if node["format"] == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
+            del out["format"]
+            out["pattern"] = BASE64
+        formats.rewrite(node, out)  # the 2020-12 formats llguidance lacks (formats.py)
     if "not" in node:
         rewrites.rewrite_not(node, out, path, narrow)
     if "if" in node:
         rewrites.rewrite_if(node, out, path, narrow)
     if "uniqueItems" in node:
         rewrites.rewrite_unique(node, out, path, narrow)
-    _property_dependencies(out)
+    if not _DEPENDENCIES.isdisjoint(node):
+        _property_dependencies(out)
     props = node.get("properties")
-    required = node.get("required", [])
-    if (narrow and isinstance(props, dict) and not in_all_of and not any(k in node for k in _OPEN)
-            and isinstance(required, list) and all(r in props for r in required)):
-        out["additionalProperties"] = False
+    if narrow and isinstance(props, dict) and not in_all_of and _OPENING.isdisjoint(node):
+        required = node.get("required", [])
+        if isinstance(required, list) and all(r in props for r in required):
+            out["additionalProperties"] = False
     if "propertyNames" in node:
         rewrites.rewrite_property_names(node, out, path, out.get("additionalProperties") is False
                                         and not node.get("patternProperties"), narrow)
@@ -289,13 +299,15 @@ def llguidance_source(kind: str, value: str, whitespace: str) -> str:
             grammar = LLMatcher.grammar_from_regex(value)
         elif kind == "json":
             given = json.loads(value)
-            schema = close_objects(given, False, frozenset(_all_of_refs(given)), "#", given)
-            grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
+            open_refs = frozenset(_all_of_refs(given)) if '"allOf"' in value else frozenset()
+            schema = close_objects(given, False, open_refs, "#", given)
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps(shared_leaves.share(schema, value)),
+                                                         overrides=json_options(whitespace))
             err = LLMatcher.validate_grammar(grammar)
             if err and '"oneOf"' in value and "coerce_one_of" in err:
                 # a oneOf llguidance cannot prove disjoint itself: ours may (one_of.py); what llguidance
                 # proves costs nothing more than it did
-                schema = one_of_pass(given, schema, True)
+                schema = shared_leaves.share(one_of_pass(given, schema, True), value)
                 grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
                 err = None
         elif kind == "choices":
