@@ -18,8 +18,8 @@ import time
 import typing
 from typing import Any, Optional
 
-from radixserve.config import (CacheConfig, EngineConfig, ModelConfig, ParallelConfig, RouterConfig, SchedulerConfig,
-                               ServerConfig)
+from radixserve.config import (CacheConfig, EngineConfig, LoRAConfig, ModelConfig, ParallelConfig, RouterConfig,
+                               SchedulerConfig, ServerConfig)
 
 
 def _flag(name: str) -> str:
@@ -39,17 +39,22 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str,
         if typing.get_origin(hint) is typing.Literal:  # a closed set of strings
             group.add_argument(_flag(f.name), choices=typing.get_args(hint), default=f.default, help=help_text)
             continue
+        if typing.get_origin(hint) is tuple:  # a list of strings: --flag A B C
+            group.add_argument(_flag(f.name), nargs="+", type=str, default=f.default, help=help_text)
+            continue
         base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
         kind = base[0]
         if kind is bool:
             group.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=f.default,
                                help=f.metadata.get("help"))
+
         else:
             group.add_argument(_flag(f.name), type=kind, default=f.default, help=help_text)
 
 
 def config_from_args(cls: type, args: argparse.Namespace, **extra: Any) -> Any:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     values.update(extra)
     return cls(**values)
 
@@ -60,6 +65,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         cache=config_from_args(CacheConfig, args),
         scheduler=config_from_args(SchedulerConfig, args),
         parallel=config_from_args(ParallelConfig, args),
+        lora=config_from_args(LoRAConfig, args),
     )
 
 
@@ -69,6 +75,7 @@ def _engine_parser(p: argparse.ArgumentParser) -> None:
     add_config_args(p, CacheConfig)
     add_config_args(p, SchedulerConfig)
     add_config_args(p, ParallelConfig)
+    add_config_args(p, LoRAConfig)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

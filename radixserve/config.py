@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Optional, get_args
 
+from radixserve.lora_config import LoRAConfig
+
 Quantization = Literal["auto", "none", "int8", "w8a8", "int4"]
 DenseKernel = Literal["auto", "plain", "packed"]
 SpeculativeAlgorithm = Literal["none", "ngram", "draft"]
@@ -354,17 +356,20 @@ class EngineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
     @classmethod
     def from_kwargs(cls, model: Optional[str] = None, **kwargs: Any) -> "EngineConfig":
         """Build from flat keyword arguments, e.g. ``EngineConfig.from_kwargs(dtype="float32",
         max_total_tokens=4096)``.  Unknown names raise TypeError naming them."""
-        parts: dict[str, dict[str, Any]] = {"model": {"path": model}, "cache": {}, "scheduler": {}, "parallel": {}}
+        parts: dict[str, dict[str, Any]] = {"model": {"path": model}, "cache": {}, "scheduler": {}, "parallel": {},
+                                            "lora": {}}
         owners = {
             "model": {f.name for f in fields(ModelConfig)},
             "cache": {f.name for f in fields(CacheConfig)},
             "scheduler": {f.name for f in fields(SchedulerConfig)},
             "parallel": {f.name for f in fields(ParallelConfig)},
+            "lora": {f.name for f in fields(LoRAConfig)},
         }
         for key, value in kwargs.items():
             for part, names in owners.items():
@@ -378,4 +383,5 @@ class EngineConfig:
             cache=CacheConfig(**parts["cache"]),
             scheduler=SchedulerConfig(**parts["scheduler"]),
             parallel=ParallelConfig(**parts["parallel"]),
+            lora=LoRAConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in parts["lora"].items()}),
         )

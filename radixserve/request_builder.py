@@ -78,11 +78,12 @@ class Prompts:
 def split_prompts(text: Union[str, list[str], None], input_ids: Any, sampling_params: Union[ParamsIn, list],
                   encode: Callable[[str], list[int]], rid: Union[str, list[str], None] = None,
                   priority: Optional[int] = None, cache_salt: Optional[str] = None,
-                  allow_empty: bool = False) -> Prompts:
+                  allow_empty: bool = False, lora_path: Union[str, list, None] = None) -> Prompts:
     """Split a raw request: exactly one of ``text`` (a string or a list, each run through
     ``encode``) and ``input_ids`` (a list of ints or a list of them); ``sampling_params`` one
     entry for all prompts or a list with one per prompt.  ``priority`` / ``cache_salt`` (the
-    top-level fields of /generate) go into every prompt's (mapping) parameters; a string
+    top-level fields of /generate) go into every prompt's (mapping) parameters, ``lora_path`` too
+    (SGLang's: one adapter name for all prompts, or a list with one name or None per prompt); a string
     ``rid`` of a batch becomes ``rid-i``.  An empty batch is an error unless ``allow_empty``.
     Prompt contents are checked later, by ``RequestBuilder.build``.  Raises ValueError naming
     the field."""
@@ -114,6 +115,13 @@ def split_prompts(text: Union[str, list[str], None], input_ids: Any, sampling_pa
         if not 0 < len(cache_salt) <= MAX_CACHE_SALT_LEN:
             raise ValueError(f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
         params = _set_everywhere(params, "cache_salt", cache_salt)
+    if isinstance(lora_path, list):
+        if len(lora_path) != len(params):
+            raise ValueError("lora_path: a list must have one entry per prompt")
+        params = [_set_everywhere([p], "lora_path", name)[0] if name is not None else p
+                  for p, name in zip(params, lora_path)]
+    elif lora_path is not None:
+        params = _set_everywhere(params, "lora_path", lora_path)
     rids = rid
     if isinstance(rid, str):
         rids = [f"{rid}-{i}" for i in range(len(ids_list))] if batched else [rid]
@@ -136,9 +144,12 @@ class RequestBuilder:
     the scheduler's (``SchedulerConfig.grammar_backend``): constraints are validated as it
     will compile them."""
 
-    def __init__(self, limits: Limits, grammar_backend: str = DEFAULT_GRAMMAR_BACKEND) -> None:
+    def __init__(self, limits: Limits, grammar_backend: str = DEFAULT_GRAMMAR_BACKEND, lora: Any = None) -> None:
+        """``lora``: the served adapters (``lora.registry.LoRARegistry``; None: none), against
+        which ``lora_path`` is resolved to the adapter's uid."""
         self.limits = limits
         self.grammar_backend = grammar_backend
+        self.lora = lora
 
     def check_prompt(self, ids: list[int], name: str) -> None:
         """Raise ValueError (naming ``name``) unless ``ids`` is a usable prompt."""
@@ -166,6 +177,11 @@ class RequestBuilder:
         else:
             raise ValueError("sampling_params: must be a mapping of sampling parameters")
         verify_sampling(sp, self.limits.vocab_size, self.grammar_backend)
+        if sp.lora_path is not None:
+            if self.lora is None:
+                raise ValueError("lora_path: LoRA adapters are not enabled on this server (start it with "
+                                 "--enable-lora or --lora-paths)")
+            sp.lora_path = self.lora.resolve(sp.lora_path)
         return sp
 
     def clamp(self, sp: SamplingParams, prompt_len: int, return_logprob: bool,

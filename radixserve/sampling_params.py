@@ -83,6 +83,10 @@ class SamplingParams:
     so one cannot time another's cache hits.  Also top-level on /generate and the OpenAI
     bodies.  In multi-key mode the server prefixes it with the key's salt
     (``server/tenancy/accounting.py``), so a tenant can never enter another's namespace.
+
+    ``lora_path`` (SGLang's name) is the name of a loaded LoRA adapter to generate with (None:
+    the base model; docs/LORA.md); the request builder resolves it to the adapter's uid (name and
+    content), which is also the request's prefix-cache namespace beside ``cache_salt``.
     """
 
     max_new_tokens: int = 128
@@ -119,6 +123,7 @@ class SamplingParams:
     structural_tag: Optional[str] = None
     priority: int = 0
     cache_salt: Optional[str] = None
+    lora_path: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
@@ -210,6 +215,8 @@ class SamplingParams:
         if self.cache_salt is not None and not (isinstance(self.cache_salt, str)
                                                 and 0 < len(self.cache_salt) <= MAX_CACHE_SALT_LEN):
             bad("cache_salt", f"must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
+        if self.lora_path is not None and not (isinstance(self.lora_path, str) and self.lora_path):
+            bad("lora_path", "must be the name of a loaded adapter")
         if self.structural_tag is not None:
             bad("structural_tag", "not supported by this server (use regex, json_schema, choices or ebnf)")
         if self.stop_token_ids is not None:

@@ -34,6 +34,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Optional, TypeVar, Un
 from radixserve.config import EngineConfig
 from radixserve.embedding import finalize
 from radixserve.engine.driver import EngineDriver
+from radixserve.lora.registry import lora_summary, registry_for
 from radixserve.output_state import OutputState
 from radixserve.request_builder import Limits, RequestBuilder, split_prompts
 from radixserve.sampling_params import SamplingParams
@@ -68,7 +69,9 @@ class Engine:
         self.model_path = self.info.hf_dir
         try:
             self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
-            self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
+            self.lora = registry_for(self.config.lora, self.info.lora)  # the served LoRA adapters, by name
+            self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend,
+                                          self.lora if self.config.lora.enable_lora else None)
             # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
             self._tiers = build_tier_store(self.config, self.runner, self.info) if self.config.parallel.tp_size == 1 \
                 else None  # the hierarchical cache's host and disk tiers (enable_hierarchical_cache)
@@ -90,28 +93,32 @@ class Engine:
     # ------------------------------------------------------------------ requests
     def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                       return_logprob: bool = False, logprob_start_len: int = -1,
-                      top_logprobs_num: int = 0) -> tuple[list[Req], bool]:
+                      top_logprobs_num: int = 0, lora_path: Any = None) -> tuple[list[Req], bool]:
         """Validated, clamped, n-expanded scheduler requests and whether the result is a list.
-        Raises ValueError naming the field."""
-        p = split_prompts(prompt, input_ids, sampling_params, self.tokenizer.encode, allow_empty=True)
+        ``lora_path``: a LoRA adapter's name for every prompt, or one per prompt (None: the base
+        model).  Raises ValueError naming the field."""
+        p = split_prompts(prompt, input_ids, sampling_params, self.tokenizer.encode, allow_empty=True,
+                          lora_path=lora_path)
         msgs = self.builder.build(p.ids, p.params, p.names, None, return_logprob, logprob_start_len,
                                   top_logprobs_num)
         return [new_req(m) for m in msgs], p.batched or len(msgs) > 1
 
     def submit(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
-               on_update: Optional[Callable[[OutputState], None]] = None) -> tuple[Future, list[str], bool]:
+               on_update: Optional[Callable[[OutputState], None]] = None,
+               lora_path: Any = None) -> tuple[Future, list[str], bool]:
         """Start a request group; returns (future of its result dicts, rids, batched).
         ``on_update`` runs on the thread that steps the scheduler (see ``EngineDriver``)."""
         reqs, batched = self.make_requests(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                           top_logprobs_num)
+                                           top_logprobs_num, lora_path)
         return self._driver.submit(reqs, on_update), [r.rid for r in reqs], batched
 
     def generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
-                 return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0):
+                 return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
+                 lora_path: Any = None):
         """Run to completion; returns one result dict, or a list for batched input / n > 1."""
         fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                         top_logprobs_num)
+                                         top_logprobs_num, lora_path=lora_path)
         try:
             self._driver.drive(fut.done)  # this thread steps the scheduler (see EngineDriver)
             outs = fut.result()
@@ -121,14 +128,14 @@ class Engine:
 
     def generate_stream(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                         return_logprob: bool = False, logprob_start_len: int = -1,
-                        top_logprobs_num: int = 0) -> Iterator[dict]:
+                        top_logprobs_num: int = 0, lora_path: Any = None) -> Iterator[dict]:
         """Yield result dicts with the cumulative ``text`` each time a request's visible text
         grows, and once when it finishes; ``index`` tells which request a chunk belongs to.
         The text never shrinks and never shows (the start of) a stop string.  Closing the
         iterator early aborts what is still running."""
         chunks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         fut, rids, _ = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                   top_logprobs_num, on_update=lambda st: chunks.put(_chunk(st)))
+                                   top_logprobs_num, on_update=lambda st: chunks.put(_chunk(st)), lora_path=lora_path)
         fut.add_done_callback(lambda _f: chunks.put(_END))
         try:
             while True:
@@ -141,10 +148,11 @@ class Engine:
             self._abort_unfinished(fut, rids, "stream closed")
 
     async def async_generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
-                             return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0):
+                             return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
+                             lora_path: Any = None):
         """``generate`` for asyncio callers (does not block the event loop)."""
         fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                         top_logprobs_num)
+                                         top_logprobs_num, lora_path=lora_path)
         try:
             outs = await asyncio.wrap_future(fut)
         finally:  # a cancelled task cancels ``fut``
@@ -153,7 +161,7 @@ class Engine:
 
     async def async_generate_stream(self, prompt: Prompt = None, sampling_params: Params = None,
                                     input_ids: Any = None, return_logprob: bool = False, logprob_start_len: int = -1,
-                                    top_logprobs_num: int = 0) -> AsyncIterator[dict]:
+                                    top_logprobs_num: int = 0, lora_path: Any = None) -> AsyncIterator[dict]:
         """``generate_stream`` for asyncio callers."""
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue = asyncio.Queue()
@@ -162,7 +170,7 @@ class Engine:
             loop.call_soon_threadsafe(chunks.put_nowait, item)
 
         fut, rids, _ = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                   top_logprobs_num, on_update=lambda st: put(_chunk(st)))
+                                   top_logprobs_num, on_update=lambda st: put(_chunk(st)), lora_path=lora_path)
         fut.add_done_callback(lambda _f: put(_END))
         try:
             while (item := await chunks.get()) is not _END:
@@ -205,6 +213,24 @@ class Engine:
 
     def flush_cache(self) -> bool:
         return self.run_on_driver(lambda s: s.flush_cache())
+
+    def load_lora_adapter(self, lora_name: str, lora_path: str) -> dict:
+        """Serve another LoRA adapter (a PEFT directory) as ``lora_name``, while running; its
+        summary.  ValueError naming the field when it cannot be served."""
+        self.lora.check(lora_name, lora_path)
+        info = self.run_on_driver(lambda s: s.lora.load(lora_name, lora_path))
+        self.lora.add(info)
+        return lora_summary(info)
+
+    def unload_lora_adapter(self, lora_name: str) -> dict:
+        """Stop serving ``lora_name``: new requests naming it are refused at once, its weights go
+        when the requests using it are done."""
+        info = self.lora.remove(lora_name)
+        busy = self.run_on_driver(lambda s: s.lora.unload(info.uid, s.lora_users))
+        return {"lora_name": lora_name, "requests_in_flight": busy}
+
+    def lora_adapters(self) -> list[dict]:
+        return [lora_summary(a) for a in self.lora.adapters.values()]
 
     def stats(self) -> dict:
         return self.run_on_driver(lambda s: s.stats())

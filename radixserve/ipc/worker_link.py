@@ -8,7 +8,7 @@ the request's sampling parameters at the same time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -107,3 +107,4 @@ class WorkerInfo:
     swa_slots: int = 0  # slots of the sliding-window pool (0: none; mem_cache/swa_slots.py)
     swa_window: int = 0  # the longest sliding window it serves
     host_tier_slots: int = 0  # token slots of the hierarchical cache's host tier (0: off)
+    lora: Any = None  # worker.lora.manager.LoRAWorkerInfo when LoRA adapters are served

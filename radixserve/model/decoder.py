@@ -69,8 +69,13 @@ class Attention(nn.Module):
         (one in-place op on the fused projection)."""
         return self.rotary.fused
 
+    lora: Any = None  # a LoRAHolder when adapters are served (worker/lora/)
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend) -> torch.Tensor:
         qkv = self.qkv_proj(x)
+        lora = self.lora.step if self.lora is not None else None
+        if lora is not None:
+            lora.add(self.layer_id, "qkv", x, qkv)
         if self.q_norm is not None:  # per head, in place on the fused projection
             qkv = qkv.contiguous()
             self.rotary.ops.rms_norm_heads_(qkv, self.q_norm.weight, self.k_norm.weight, self.num_heads,
@@ -82,14 +87,18 @@ class Attention(nn.Module):
                                           batch.layer_slots(pool, lid)[0],
                                           qkv.new_empty(qkv.shape[0], self.num_heads, self.head_dim))
             out = backend.attend(q, None, None, lid, self.scaling, batch)
-            return self.tp.all_reduce(self.o_proj(out.view(-1, self.q_size)))
+            return self.tp.all_reduce(self._out(out.view(-1, self.q_size), lora))
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         self.rotary.forward(batch.positions, q, k)
         out = backend.forward(q, k, v, self.layer_id, self.scaling, batch)
-        return self.tp.all_reduce(self.o_proj(out.reshape(-1, self.q_size)))
+        return self.tp.all_reduce(self._out(out.reshape(-1, self.q_size), lora))
+
+    def _out(self, out: torch.Tensor, lora: Any) -> torch.Tensor:
+        y = self.o_proj(out)
+        return y if lora is None else lora.add(self.layer_id, "o", out, y)
 
 
 class DecoderLayer(nn.Module):
@@ -137,6 +146,7 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
     embed_scale: Optional[float] = None  # embeddings are multiplied by this (Gemma: sqrt(hidden))
     final_logit_softcap: Optional[float] = None  # logits -> cap * tanh(logits / cap)
     tp_unsupported: Optional[str] = None  # what stops tensor parallelism (the refusal names it)
+    lora: Any = None  # a LoRAHolder when adapters are served (worker/lora/)
 
     def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps, tp: Any = None,
                  layout: Optional[TPLayout] = None) -> None:
@@ -234,9 +244,10 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
         fp32 whatever the model's dtype: rounding them to bf16 cost SmolLM2-135M (int4 weights,
         int8 head) 1.2 points of teacher-forced argmax agreement with fp32 (98.0% -> 99.2%)."""
         x, residual = self.embed(batch.input_ids), None
+        lora = self.lora.step if self.lora is not None else None  # a step with LoRA adapters
         if layer_loop.usable(self, backend, x.dtype):  # the same ops without the module tree's overhead
-            native = layer_stack.run(self, x, batch, backend) if self.stackable else None  # ... or Python's
-            x, residual = native if native is not None else layer_loop.run_layers(self, x, batch, backend)
+            native = layer_stack.run(self, x, batch, backend) if self.stackable and lora is None else None
+            x, residual = native if native is not None else layer_loop.run_layers(self, x, batch, backend, lora)
         else:
             # .forward on the containers: nn.Module.__call__'s hook checks cost about a microsecond a
             # call (the linear layers keep __call__: calibration hooks them)

@@ -37,11 +37,13 @@ def usable(model: Any, backend: AttentionBackend, dtype: torch.dtype) -> bool:
             and len(model.layers) > 0 and model.native_layers)
 
 
-def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
-               backend: AttentionBackend) -> tuple[torch.Tensor, torch.Tensor]:
+def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend,
+               lora: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """All decoder layers of ``model`` over the embeddings ``x [T, hidden]``, writing each
     layer's K/V into ``backend.kv_pool``; returns (last MLP output, residual stream before it),
-    as the loop over ``DecoderLayer.forward`` does.  Only when ``usable(model, backend, x.dtype)``."""
+    as the loop over ``DecoderLayer.forward`` does.  Only when ``usable(model, backend, x.dtype)``.
+    ``lora``: the step's ``LoRAStep`` (worker/lora/), whose deltas join the four linear layers'
+    outputs, or None."""
     ops = torch.ops.radixserve_cpu
     rms, add_rms = ops.rms_norm.default, ops.add_rms_norm.default
     rope_store, silu_mul, norm_heads = ops.rope_store_kv.default, ops.silu_mul.default, ops.rms_norm_heads_.default
@@ -68,6 +70,8 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
             add_rms(x, residual, norm_in._parameters["weight"], norm_in.eps)
         lid = attn.layer_id
         qkv = a_mods["qkv_proj"](x)
+        if lora is not None:
+            lora.add(lid, "qkv", x, qkv)
         q_norm = a_mods.get("q_norm")
         if q_norm is not None:  # Qwen 3
             qkv = qkv.contiguous()
@@ -80,7 +84,10 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
             store(k_stage, v_stage, loc, k_bufs[lid], v_bufs[lid], packed)
         else:
             rope_store(qkv, positions, rotary.cos, rotary.sin, k_bufs[lid], v_bufs[lid], loc, q)
-        x = a_mods["o_proj"](attend(q, lid, attn.scaling).view(tokens, attn.q_size))
+        out = attend(q, lid, attn.scaling).view(tokens, attn.q_size)
+        x = a_mods["o_proj"](out)
+        if lora is not None:
+            lora.add(lid, "o", out, x)
         x = x.contiguous()
         pre_ff = mods.get("pre_feedforward_layernorm")
         if pre_ff is None:
@@ -89,7 +96,12 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch,
             x = rms(x, norm_post._parameters["weight"], norm_post.eps)
             add_rms(x, residual, pre_ff._parameters["weight"], pre_ff.eps)
         gate_up = m_mods["gate_up_proj"](x).contiguous()
-        x = m_mods["down_proj"](silu_mul(gate_up) if mlp.act == "silu" else mlp.act_mul(gate_up)).contiguous()
+        if lora is not None:
+            lora.add(lid, "gate_up", x, gate_up)
+        h = silu_mul(gate_up) if mlp.act == "silu" else mlp.act_mul(gate_up)
+        x = m_mods["down_proj"](h).contiguous()
+        if lora is not None:
+            lora.add(lid, "down", h, x)
         if pre_ff is not None:
             post_ff = mods["post_feedforward_layernorm"]
             x = rms(x, post_ff._parameters["weight"], post_ff.eps)

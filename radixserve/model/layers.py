@@ -70,5 +70,12 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=bias)
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
 
+    lora: Any = None  # a LoRAHolder when adapters are served (worker/lora/), with ``lora_layer``
+    lora_layer = 0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.tp.all_reduce(self.down_proj(self.act_mul(self.gate_up_proj(x))))
+        lora = self.lora.step if self.lora is not None else None
+        if lora is None:
+            return self.tp.all_reduce(self.down_proj(self.act_mul(self.gate_up_proj(x))))
+        h = self.act_mul(lora.add(self.lora_layer, "gate_up", x, self.gate_up_proj(x)))
+        return self.tp.all_reduce(lora.add(self.lora_layer, "down", h, self.down_proj(h)))

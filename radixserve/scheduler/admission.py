@@ -9,7 +9,7 @@ request is always admitted when its chunk fits (nothing starves).  Scheduler thr
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional
+from typing import Any, Optional
 
 from radixserve.config import SchedulerConfig
 from radixserve.request import ReqStatus
@@ -27,19 +27,24 @@ def fits(n: int, future: float, reserve: float, available: int, busy: bool) -> b
 
 def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: SchedulerConfig, ratio: float,
                   batch: list[tuple[Req, int]], token_budget: int, chunk: int, reserve: float,
-                  now: Optional[float] = None) -> Optional[Req]:
+                  now: Optional[float] = None, lora: Any = None) -> Optional[Req]:
     """Admit waiting requests in policy order (``order_waiting`` at time ``now``) until the
     batch, the token budget or memory is full.
 
     Mutates: an admitted request moves from ``waiting`` to ``running`` (status RUNNING) with a
     row holding its cached prefix (locked) and ``n`` new slots, and ``(req, n)`` is appended to
     ``batch``; its first admission records its cache hit.  Returns the request whose prompt
-    was cut at ``chunk`` (the caller continues it as the chunked request), or None.
+    was cut at ``chunk`` (the caller continues it as the chunked request), or None.  ``lora``
+    (``LoRAAdmin``): a request whose adapter would exceed ``max_loras_per_batch`` distinct
+    adapters running waits, and the requests behind it may go first.
     """
+    active = lora.active(running) if lora is not None else None
     in_batch = InBatchPrefixFilter(cfg.in_batch_prefix_threshold if cfg.schedule_policy == "lpm" else 0)
     for req in order_waiting(list(waiting), kv, cfg.schedule_policy, cfg.lpm_queue_limit, cfg.max_queue_wait_s, now):
         if len(running) >= cfg.max_running_requests or token_budget <= 0:
             break
+        if active is not None and req.lora is not None and req.lora not in active and len(active) >= lora.max_loras:
+            continue  # its adapter waits for a slot
         match = kv.match_and_lock(req)
         if in_batch.should_defer(req.fill_ids, match.length, req.cache_salt):
             kv.unlock(match)
@@ -59,6 +64,8 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
         if req.return_logprob and req.logprob_start_len == 0 and not req.input_logprobs:
             req.input_logprobs.append(None)  # the first token has none (again after a mid-prompt retraction)
         waiting.remove(req)
+        if active is not None and req.lora is not None:
+            active.add(req.lora)
         req.status = ReqStatus.RUNNING
         running.append(req)
         batch.append((req, n))

@@ -31,8 +31,11 @@ def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokeniz
                          cfg.cache.hicache_write_policy == "write_through")
     kv = KVManager(info.num_slots, info.max_rows, info.context_len + 1, cfg.cache.disable_radix_cache, swa, tiers)
     stops = StopChecker(eos_token_ids(tokenizer, info.hf_dir), tokenizer)
-    return Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size,
-                     make_speculator(cfg.scheduler.speculative_algorithm))
+    sched = Scheduler(cfg.scheduler, worker, kv, info.context_len, stops, info.vocab_size,
+                      make_speculator(cfg.scheduler.speculative_algorithm))
+    if info.lora is not None:
+        sched.lora.max_loras = info.lora.max_loras_per_batch
+    return sched
 
 
 def new_req(msg: TokenizedRequest) -> Req:

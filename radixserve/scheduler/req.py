@@ -74,8 +74,17 @@ class Req:
 
     @property
     def cache_salt(self) -> Optional[str]:
-        """The request's prefix-cache namespace: requests with different salts share no KV."""
-        return self.sampling.cache_salt
+        """The request's prefix-cache namespace: requests with different salts share no KV.  A
+        LoRA adapter (its uid: name and content) is part of it, as a salt is."""
+        lora = self.sampling.lora_path
+        if lora is None:
+            return self.sampling.cache_salt
+        return f"lora\x00{lora}" + ("" if self.sampling.cache_salt is None else f"\x00{self.sampling.cache_salt}")
+
+    @property
+    def lora(self) -> Optional[str]:
+        """The uid of the request's LoRA adapter (None: the base model)."""
+        return self.sampling.lora_path
 
     def remaining_new_tokens(self) -> int:
         return max(0, self.sampling.max_new_tokens - len(self.output_ids))

@@ -21,6 +21,7 @@ from radixserve.constrained.manager import GrammarManager, has_constraint
 from radixserve.ipc.worker_link import StepPlan, StepReq, StepResult
 from radixserve.request import FinishReason, ReqStatus
 from radixserve.scheduler.admission import admit_waiting
+from radixserve.scheduler.lora_admin import LoRAAdmin
 from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.plan import make_step_req
@@ -61,6 +62,7 @@ class Scheduler:
                                                             stop_checker.eos_ids)
         self._forced: list[Req] = []
         self.clock: Callable[[], float] = time.perf_counter  # arrival times and the wait bound (tests fake it)
+        self.lora = LoRAAdmin(worker, 0)  # build_scheduler sets the slots when LoRA is on
 
     # ------------------------------------------------------------------ requests
     def add_request(self, req: Req) -> None:
@@ -103,6 +105,8 @@ class Scheduler:
     def step(self) -> list[Req]:
         """Run one model step; returns the requests that produced output or finished."""
         touched: list[Req] = self._grammars_ready() if self.grammars.waiting else []
+        if self.lora.pending:
+            self.lora.collect(self.lora_users)
         plan, batch = self._prefill_plan()
         forced = plan is None and bool(self._forced)
         if forced:
@@ -119,6 +123,10 @@ class Scheduler:
         result = self.worker.step(plan)
         verify = any(r.num_draft for r in plan.reqs)  # decode-ready tokens only: nothing to cache yet
         return touched + self._process(plan, batch, result, cache=not forced and not verify)
+
+    def lora_users(self, uid: str) -> int:
+        """Requests queued or running with LoRA adapter ``uid``."""
+        return sum(1 for r in (*self.running, *self.waiting, *self.grammars.waiting) if r.lora == uid)
 
     def _grammars_ready(self) -> list[Req]:
         ready, failed = self.grammars.ready()
@@ -158,7 +166,7 @@ class Scheduler:
                 self.chunked = None
         if self.chunked is None and self.waiting and len(self.running) < cfg.max_running_requests:
             self.chunked = admit_waiting(self.waiting, self.running, kv, cfg, self.ratio, batch, token_budget,
-                                         min(chunk, token_budget), reserve, self.clock())
+                                         min(chunk, token_budget), reserve, self.clock(), self.lora)
         if not batch:
             return None, None
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch

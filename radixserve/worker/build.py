@@ -39,6 +39,12 @@ def check_config(cfg: EngineConfig) -> None:
             raise ValueError("enable_hierarchical_cache: the hierarchical cache is not implemented with tp_size > 1 "
                              "(each rank holds only its KV heads)")
         _check_model_splits(cfg)
+    if cfg.lora.enable_lora:
+        if cfg.parallel.tp_size > 1:
+            raise ValueError("enable_lora: LoRA adapters are not implemented with tp_size > 1")
+        if cfg.scheduler.speculative_algorithm == "draft":
+            raise ValueError("speculative_algorithm: draft is not implemented with LoRA adapters (the draft model "
+                             "has none; use ngram or none)")
 
 
 def _check_model_splits(cfg: EngineConfig) -> None:
@@ -68,6 +74,10 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
     set_threads(len(cfg.parallel.local_ranks()))
     hf_dir = loader.resolve_hf_dir(cfg.model.path, show_progress)
     runner = ModelRunner(cfg.model, cfg.cache, cfg.scheduler, hf_dir, show_progress, tp)
+    if cfg.lora.enable_lora:
+        from radixserve.worker.lora.manager import LoRAManager
+
+        runner.lora = LoRAManager(runner.model, cfg.lora, runner.dtype, runner.device)
     pool = runner.kv_pool
     info = WorkerInfo(num_slots=runner.kv_pool.num_slots, max_rows=runner.req_to_token.size,
                       context_len=runner.context_len, vocab_size=runner.vocab_size,
@@ -76,7 +86,8 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
                       kv_bytes_per_slot=pool.slot_bytes, swa_slots=pool.num_swa_slots,
                       swa_window=runner.kv_layout.window if pool.hybrid else 0,
                       host_tier_slots=cfg.cache.host_tier_slots(
-                          sum(p.total_bytes for p in _pools(runner)), host_slot_bytes(_pools(runner), cfg.cache.hicache_kv_dtype)))
+                          sum(p.total_bytes for p in _pools(runner)), host_slot_bytes(_pools(runner), cfg.cache.hicache_kv_dtype)),
+                      lora=runner.lora.info if runner.lora is not None else None)
     return runner, info
 
 

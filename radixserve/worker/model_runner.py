@@ -101,9 +101,27 @@ class ModelRunner:
             sched_cfg.speculative_draft_model, self.vocab_size, self.dtype, self.device, num_slots,
             self.context_len + 1, cache_cfg.attention_backend)
         self._draft_q: dict[str, Any] = {}  # this step's draft distributions, by rid
+        self.lora: Any = None  # a worker.lora.manager.LoRAManager when adapters are served (build.py)
 
     # ------------------------------------------------------------------ one step
     def step(self, plan: StepPlan) -> StepResult:
+        if self.lora is None:
+            return self._step(plan)
+        self.lora.begin(plan)
+        try:
+            return self._step(plan)
+        finally:
+            self.lora.end()
+
+    def lora_request(self, req: Any) -> Any:
+        """Load or unload a LoRA adapter between steps (``worker/lora/manager.py``)."""
+        from radixserve.worker.lora.manager import LoRAReply
+
+        if self.lora is None:
+            return LoRAReply(error="lora_path: LoRA adapters are not enabled on this server")
+        return self.lora.request(req)
+
+    def _step(self, plan: StepPlan) -> StepResult:
         for rid in plan.release:
             self.states.pop(rid, None)
         if not plan.reqs:

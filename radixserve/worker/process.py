@@ -77,7 +77,11 @@ def _step(runner: Any, plan: Any, store: Any = None, tiers: Any = None) -> Any:
     from radixserve.ipc.persist_link import KVRestoreReq, KVSaveReq
     from radixserve.ipc.tier_link import KVTierReq
 
+    from radixserve.worker.lora.manager import LoRAReq
+
     try:
+        if isinstance(plan, LoRAReq):
+            return runner.lora_request(plan)
         if isinstance(plan, KVTierReq) and tiers is not None:
             return tiers.apply_tiers(plan)
         if isinstance(plan, KVSaveReq) and store is not None:

@@ -11,7 +11,7 @@ raises ``WorkerDied`` once it names a dead process, instead of blocking forever.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import zmq
 
@@ -67,6 +67,14 @@ class RemoteWorker:
         send_obj(self.to_worker, req)
         reply = recv_obj(self.from_worker)
         return KVRestoreReply(message=f"worker error: {reply.message}") if isinstance(reply, WorkerError) else reply
+
+    def lora_request(self, req: Any) -> Any:
+        """LoRA: the worker loads or unloads an adapter (``worker/lora/manager.py``)."""
+        from radixserve.worker.lora.manager import LoRAReply
+
+        send_obj(self.to_worker, req)
+        reply = recv_obj(self.from_worker)
+        return LoRAReply(error=f"lora_path: worker error: {reply.message}") if isinstance(reply, WorkerError) else reply
 
     def apply_tiers(self, req: KVTierReq) -> KVTierReply:
         """Hierarchical cache: the worker carries out these moves (a worker error fails them all)."""

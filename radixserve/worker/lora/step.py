@@ -1,0 +1,55 @@
+"""``LoRAStep``: the adapters' deltas of one step, added to the base linear layers' outputs.
+
+For a fused module of ``parts`` parts, over the first ``k`` slots (those this step uses, the
+slots' prefix up to the highest one): ``y += ((x @ A[:k].T) * mask) @ B[:k]`` (``slots.py``).
+The mask is 1 on the ``parts x R`` columns of the row's slot and 0 elsewhere (a row of the base
+model: all 0, so its output is left exactly as the base layer wrote it).  Three ops per module
+and layer whatever the mix of adapters in the batch: one small GEMM into the slots' ranks, a
+mask, one GEMM out, added in place (Punica's BGMV as two dense products over the stacked slots;
+the waste is the other slots' ``R`` columns, a few percent of the base layer's work).
+
+The holder (``LoRAHolder``) is what the model's layers see: ``step`` is None when no row of the
+step uses an adapter, and the base path then runs as without LoRA (the native layer stack too).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from radixserve.worker.lora.slots import LoRASlots
+
+
+class LoRAStep:
+    def __init__(self, slots: LoRASlots, row_slot: torch.Tensor) -> None:
+        """``row_slot``: int64 [tokens], each token's slot (-1: the base model)."""
+        self.slots = slots
+        used = int(row_slot.max())
+        self.k = used + 1  # slots [0, k) are read
+        self.masks: dict[int, torch.Tensor] = {}
+        r = slots.rank
+        for parts in {slots.parts(m) for m in slots.modules}:
+            width = parts * r
+            cols = torch.arange(self.k * width, device=row_slot.device) // width  # each column's slot
+            self.masks[parts] = (cols.unsqueeze(0) == row_slot.unsqueeze(1)).to(slots.dtype)
+
+    def add(self, layer: int, module: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``y`` (the base layer's output for ``x``) plus each row's adapter delta, in place;
+        returns ``y``.  A module the slots do not hold is left as it is."""
+        a = self.slots.a.get((layer, module))
+        if a is None:
+            return y
+        mask = self.masks[self.slots.parts(module)]
+        n = mask.shape[1]
+        t = torch.mm(x.reshape(-1, x.shape[-1]), a[:n].t())
+        t.mul_(mask)
+        y2 = y.view(-1, y.shape[-1])
+        y2.addmm_(t, self.slots.b[layer, module][:n])
+        return y
+
+
+class LoRAHolder:
+    """The step's LoRA state as the model's layers read it (``step`` None: base only)."""
+
+    def __init__(self) -> None:
+        self.step: Optional[LoRAStep] = None

@@ -1,0 +1,160 @@
+"""Multi-LoRA through the Engine (radixserve/lora/, radixserve/worker/lora/): fp32 greedy tokens and
+logprobs equal PEFT's merged model for adapters of ranks 4 and 8 on q/k/v/o and the MLP; a batch
+mixing adapters and the base equals each run alone; adapters never share cached KV; adapters load
+and unload while serving; what cannot be served is refused naming the field.  The allocator's
+invariants are checked after every scenario."""
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.lora_adapters import greedy, make_adapter, merged_model
+from tests.helpers.models import make_engine
+
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], list(range(40, 71)), [9, 8, 7, 100, 200, 300]]
+N = 8
+GREEDY = {"max_new_tokens": N, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory, tiny_dir):
+    root = tmp_path_factory.mktemp("lora")
+    return {
+        "a": make_adapter(tiny_dir, str(root / "a"), 4, seed=1, std=0.5),  # rank 4, every module
+        "b": make_adapter(tiny_dir, str(root / "b"), 8, seed=2, std=0.5),  # rank 8, every module
+        "c": make_adapter(tiny_dir, str(root / "c"), 8, seed=3, std=0.5, targets=("q_proj", "v_proj", "down_proj"),
+                          rslora=True),
+        "big": make_adapter(tiny_dir, str(root / "big"), 16, seed=4, std=0.5),
+    }
+
+
+@pytest.fixture(scope="module")
+def oracle(adapters, tiny_dir, tiny_hf):
+    """(tokens, logprobs) of each prompt under each adapter (None: the base), by PEFT's merged model."""
+    models = {None: tiny_hf, **{k: merged_model(tiny_dir, adapters[k]) for k in ("a", "b", "c")}}
+    return {(name, i): greedy(m, p, N) for name, m in models.items() for i, p in enumerate(PROMPTS)}
+
+
+@pytest.fixture(scope="module")
+def engine(adapters, tiny_dir):
+    eng = make_engine(tiny_dir, lora_paths=tuple(f"{k}={adapters[k]}" for k in ("a", "b", "c")),
+                      max_loras_per_batch=2, max_lora_rank=8)
+    yield eng
+    eng.shutdown()
+
+
+def _run(eng, names, prompts=None):
+    prompts = prompts or PROMPTS
+    outs = eng.generate(input_ids=prompts, sampling_params=GREEDY, lora_path=list(names), return_logprob=True)
+    return [(o["output_ids"], [lp[0] for lp in o["meta_info"]["output_token_logprobs"]]) for o in outs]
+
+
+def _close(got, want):
+    assert got[0] == want[0]
+    assert max(abs(x - y) for x, y in zip(got[1], want[1])) < 1e-4
+
+
+@pytest.mark.parametrize("name", [None, "a", "b", "c"])
+def test_each_adapter_equals_peft_merged_model(engine, oracle, name):
+    for i, got in enumerate(_run(engine, [name] * len(PROMPTS))):
+        _close(got, oracle[name, i])
+    engine.check_invariants()
+
+
+def test_adapters_change_the_output(oracle):
+    assert len({tuple(oracle[name, 1][0]) for name in (None, "a", "b", "c")}) == 4
+
+
+def test_a_mixed_batch_equals_each_run_alone(engine, oracle):
+    # three adapters and the base in one batch, two slots: the third adapter waits for a slot
+    names = ["a", None, "b", "c", "a", None]
+    prompts = [PROMPTS[i % 3] for i in range(len(names))]
+    for name, p, got in zip(names, prompts, _run(engine, names, prompts)):
+        _close(got, oracle[name, PROMPTS.index(p)])
+    engine.check_invariants()
+
+
+def test_the_module_path_equals_peft(adapters, tiny_dir, oracle):
+    """torch_native attention: the layers' own forward (not the native layer loop) adds the deltas."""
+    eng = make_engine(tiny_dir, attention_backend="torch_native", lora_paths=(f"b={adapters['b']}",))
+    try:
+        for i, got in enumerate(_run(eng, ["b", None, "b"])):
+            _close(got, oracle["b" if i != 1 else None, i])
+        eng.check_invariants()
+    finally:
+        eng.shutdown()
+
+
+def test_adapters_never_share_cached_prefixes(engine):
+    engine.flush_cache()
+    prompt = list(range(500, 560))
+    params = {"max_new_tokens": 2, "temperature": 0}
+    engine.generate(input_ids=prompt, sampling_params=params, lora_path="a")
+    again_a = engine.generate(input_ids=prompt, sampling_params=params, lora_path="a")
+    as_b = engine.generate(input_ids=prompt, sampling_params=params, lora_path="b")
+    as_base = engine.generate(input_ids=prompt, sampling_params=params)
+    assert again_a["meta_info"]["cached_tokens"] >= len(prompt) - 1
+    assert as_b["meta_info"]["cached_tokens"] == 0
+    assert as_base["meta_info"]["cached_tokens"] == 0
+    salted = engine.generate(input_ids=prompt, sampling_params={**params, "cache_salt": "s"}, lora_path="a")
+    assert salted["meta_info"]["cached_tokens"] == 0  # a salt splits an adapter's namespace too
+    engine.check_invariants()
+
+
+def test_load_and_unload_while_serving(engine, adapters, tiny_dir, oracle):
+    summary = engine.load_lora_adapter("a2", adapters["a"])
+    assert summary["rank"] == 4 and summary["lora_name"] == "a2"
+    # the same files under another name: the same tokens, its own cache namespace
+    _close(_run(engine, ["a2"], PROMPTS[:1])[0], oracle["a", 0])
+    assert {a["lora_name"] for a in engine.lora_adapters()} == {"a", "b", "c", "a2"}
+    # unloaded while a request of it runs: it finishes, then the weights go
+    fut, _, _ = engine.submit(input_ids=PROMPTS[1], sampling_params={"max_new_tokens": 64, "temperature": 0,
+                                                                     "ignore_eos": True}, lora_path="a2")
+    out = engine.unload_lora_adapter("a2")
+    assert out["requests_in_flight"] == 1
+    with pytest.raises(ValueError, match="^lora_path: unknown adapter 'a2'"):
+        engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY, lora_path="a2")
+    engine._driver.drive(fut.done)
+    assert fut.result()[0]["output_ids"][:N] == oracle["a", 1][0]
+    engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY)  # a step: the deferred unload happens
+    slots = engine.runner.lora.slots
+    assert not [uid for uid in slots.host if uid.startswith("a2@")]
+    engine.check_invariants()
+
+
+@pytest.mark.parametrize("call,field", [
+    (lambda e, d: e.load_lora_adapter("x", "/no/such/dir"), "lora_path"),
+    (lambda e, d: e.load_lora_adapter("x", d["big"]), "lora_path"),  # rank 16 > max_lora_rank 8
+    (lambda e, d: e.load_lora_adapter("a", d["b"]), "lora_name"),  # the name is taken
+    (lambda e, d: e.load_lora_adapter("x@y", d["b"]), "lora_name"),
+    (lambda e, d: e.unload_lora_adapter("nope"), "lora_name"),
+    (lambda e, d: e.generate(input_ids=[1, 2], sampling_params=GREEDY, lora_path="nope"), "lora_path"),
+    (lambda e, d: e.generate(input_ids=[1, 2], sampling_params={**GREEDY, "lora_path": 3}), "sampling_params.lora_path"),
+    (lambda e, d: e.generate(input_ids=[[1], [2]], sampling_params=GREEDY, lora_path=["a"]), "lora_path"),
+])
+def test_bad_adapters_and_names_are_refused_naming_the_field(engine, adapters, call, field):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        call(engine, adapters)
+    engine.check_invariants()
+
+
+def test_rank_over_the_limit_and_no_lora_are_refused(adapters, tiny_dir, tiny_engine):
+    from radixserve.config import EngineConfig
+
+    with pytest.raises(ValueError, match="^lora_paths: .* rank 16, above max_lora_rank 8"):
+        make_engine(tiny_dir, lora_paths=(f"big={adapters['big']}",), max_lora_rank=8)
+    with pytest.raises(ValueError, match="^max_lora_rank: required"):
+        EngineConfig.from_kwargs(tiny_dir, enable_lora=True)
+    with pytest.raises(ValueError, match="^lora_path: LoRA adapters are not enabled"):
+        tiny_engine.generate(input_ids=[1, 2], sampling_params=GREEDY, lora_path="a")
+
+
+def test_slots_are_reused_least_recently_used_first(engine):
+    slots = engine.runner.lora.slots
+    uids = {a["lora_name"]: f"{a['lora_name']}@{a['fingerprint']}" for a in engine.lora_adapters()}
+    slots.assign([uids["a"], uids["b"]])
+    slots.assign([uids["b"]])  # a is now the least recently used
+    got = slots.assign([uids["c"]])
+    assert got[uids["c"]] == slots.slot_of.get(uids["c"]) and uids["a"] not in slots.slot_of
+    assert uids["b"] in slots.slot_of
+    with pytest.raises(ValueError, match="^max_loras_per_batch"):
+        slots.assign([uids["a"], uids["b"], uids["c"]])
