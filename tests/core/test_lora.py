@@ -6,8 +6,9 @@ invariants are checked after every scenario."""
 from __future__ import annotations
 
 import pytest
+import torch
 
-from tests.helpers.lora_adapters import greedy, make_adapter, merged_model
+from tests.helpers.lora_adapters import ALL as ALL_MODULES, greedy, make_adapter, merged_model
 from tests.helpers.models import make_engine
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], list(range(40, 71)), [9, 8, 7, 100, 200, 300]]
@@ -53,11 +54,47 @@ def _close(got, want):
     assert max(abs(x - y) for x, y in zip(got[1], want[1])) < 1e-4
 
 
+@pytest.mark.parametrize("sgmv", [True, False], ids=["sgmv", "stacked-gemm"])
 @pytest.mark.parametrize("name", [None, "a", "b", "c"])
-def test_each_adapter_equals_peft_merged_model(engine, oracle, name):
-    for i, got in enumerate(_run(engine, [name] * len(PROMPTS))):
-        _close(got, oracle[name, i])
+def test_each_adapter_equals_peft_merged_model(engine, oracle, name, sgmv):
+    engine.runner.lora.sgmv = sgmv  # each path of worker/lora/step.py on purpose
+    try:
+        for i, got in enumerate(_run(engine, [name] * len(PROMPTS))):
+            _close(got, oracle[name, i])
+    finally:
+        engine.runner.lora.sgmv = None
     engine.check_invariants()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_segmented_kernel_equals_the_stacked_gemms(engine, dtype):
+    """Random rows over three slots and the base, every fused module: the native kernel and the
+    stacked GEMMs agree (fp32: to rounding; bf16: to bf16's)."""
+    from radixserve.worker.lora.slots import LoRASlots
+    from radixserve.worker.lora.step import LoRAStep
+
+    model = engine.runner.model
+    slots = LoRASlots(model, 3, 8, frozenset(ALL_MODULES), dtype, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    for key in slots.a:  # random A; B random within each part's own columns
+        slots.a[key].copy_(torch.randn(slots.a[key].shape, generator=g))
+        _, outs = slots.geometry[key[1]]
+        b = slots.b[key].view(3, len(outs), 8, -1)
+        col = 0
+        for p, width in enumerate(outs):
+            b[:, p, :, col:col + width] = torch.randn(b[:, p, :, col:col + width].shape, generator=g)
+            col += width
+    row_slot = torch.tensor([2, -1, 0, 0, 1, -1, 2, 2, 1, 0, -1])
+    for module in slots.modules:
+        fan_in, outs = slots.geometry[module]
+        x = torch.randn(len(row_slot), fan_in, generator=g).to(dtype)
+        y = torch.randn(len(row_slot), sum(outs), generator=g).to(dtype)
+        fast, ref = y.clone(), y.clone()
+        LoRAStep(slots, row_slot, sgmv=True).add(0, module, x, fast)
+        LoRAStep(slots, row_slot, sgmv=False).add(0, module, x, ref)
+        assert torch.equal(fast[row_slot < 0], y[row_slot < 0])  # base rows untouched
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(fast.float(), ref.float(), rtol=tol, atol=tol * ref.float().abs().max().item())
 
 
 def test_adapters_change_the_output(oracle):
@@ -158,3 +195,29 @@ def test_slots_are_reused_least_recently_used_first(engine):
     assert uids["b"] in slots.slot_of
     with pytest.raises(ValueError, match="^max_loras_per_batch"):
         slots.assign([uids["a"], uids["b"], uids["c"]])
+
+
+def test_the_kernel_on_odd_widths_against_a_plain_reference():
+    """K and part widths that are not multiples of the kernel's 16 lanes, blocks of more than 8
+    rows of one slot, rows out of order: each row gets exactly its own slot's parts."""
+    from radixserve.kernels import cpu_native
+
+    assert cpu_native.load()
+    g = torch.Generator().manual_seed(1)
+    S, P, R, K, outs = 3, 2, 5, 37, (19, 23)
+    N = sum(outs)
+    a, b = torch.randn(S * P * R, K, generator=g), torch.zeros(S * P * R, N)
+    bv = b.view(S, P, R, N)
+    bv[:, 0, :, :19] = torch.randn(S, R, 19, generator=g)
+    bv[:, 1, :, 19:] = torch.randn(S, R, 23, generator=g)
+    x, y = torch.randn(20, K, generator=g), torch.randn(20, N, generator=g)
+    rows = torch.tensor([3, 0, 5, 7, 9, 11, 13, 15, 17, 19, 1, 2, 4, 6, 8, 10, 12])  # slot 2: 10 rows, slot 0: 7
+    bounds, slots = torch.tensor([0, 10, 17]), torch.tensor([2, 0])
+    want = y.clone()
+    for seg, s in enumerate(slots.tolist()):
+        for r in rows[bounds[seg]:bounds[seg + 1]].tolist():
+            want[r] += b.view(S, P * R, N)[s].t() @ (a.view(S, P * R, K)[s] @ x[r])
+    got = y.clone()
+    torch.ops.radixserve_cpu.lora_sgmv_(got, x, a, b, rows, bounds, slots, P, R, torch.tensor([0, 19, N]))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    assert torch.equal(got[[14, 16, 18]], y[[14, 16, 18]])  # rows in no segment

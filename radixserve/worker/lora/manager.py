@@ -70,6 +70,7 @@ class LoRAManager:
         self.holder = LoRAHolder()
         install(model, self.holder)
         self.of: dict[str, str] = {}  # rid -> adapter uid, for the requests that have one
+        self.sgmv: Optional[bool] = None  # the deltas' path (step.LoRAStep; tests pin one)
         self.info = LoRAWorkerInfo(rank, targets, cfg.max_loras_per_batch, list(self.adapters))
         logger.info("LoRA: %d adapter(s) at start (%s), %d slots of rank %d over %s", len(self.adapters),
                     ", ".join(a.name for a in self.adapters) or "none", cfg.max_loras_per_batch, rank,
@@ -93,7 +94,7 @@ class LoRAManager:
         per_req = [slot[u] if u else -1 for u in uids]
         lens = [len(r.input_ids) for r in plan.reqs]
         row_slot = torch.from_numpy(np.repeat(np.asarray(per_req, dtype=np.int64), lens)).to(self.slots.device)
-        self.holder.step = LoRAStep(self.slots, row_slot)
+        self.holder.step = LoRAStep(self.slots, row_slot, self.sgmv)
 
     def end(self) -> None:
         self.holder.step = None

@@ -1,6 +1,10 @@
 """``LoRAStep``: the adapters' deltas of one step, added to the base linear layers' outputs.
 
-For a fused module of ``parts`` parts, over the first ``k`` slots (those this step uses, the
+On the CPU, the native segmented kernel (``kernels/cpu/lora_sgmv.cpp``, S-LoRA's SGMV): the rows
+grouped by slot, each slot's A and B read once per block of rows, only each part's own columns of
+B (on the development machine 2-3x faster than the stacked GEMMs below from 8 to 512 rows,
+bf16 and fp32).  Elsewhere (a GPU, no native library) stacked GEMMs:
+for a fused module of ``parts`` parts, over the first ``k`` slots (those this step uses, the
 slots' prefix up to the highest one): ``y += ((x @ A[:k].T) * mask) @ B[:k]`` (``slots.py``).
 The mask is 1 on the ``parts x R`` columns of the row's slot and 0 elsewhere (a row of the base
 model: all 0, so its output is left exactly as the base layer wrote it).  Three ops per module
@@ -13,6 +17,7 @@ step uses an adapter, and the base path then runs as without LoRA (the native la
 """
 from __future__ import annotations
 
+import itertools
 from typing import Optional
 
 import torch
@@ -21,9 +26,19 @@ from radixserve.worker.lora.slots import LoRASlots
 
 
 class LoRAStep:
-    def __init__(self, slots: LoRASlots, row_slot: torch.Tensor) -> None:
-        """``row_slot``: int64 [tokens], each token's slot (-1: the base model)."""
+    def __init__(self, slots: LoRASlots, row_slot: torch.Tensor, sgmv: Optional[bool] = None) -> None:
+        """``row_slot``: int64 [tokens], each token's slot (-1: the base model).  ``sgmv``: use the
+        native segmented kernel (``kernels/cpu/lora_sgmv.cpp``) rather than the stacked GEMMs (None:
+        on the CPU where it is built)."""
         self.slots = slots
+        if sgmv is None:
+            sgmv = row_slot.device.type == "cpu" and _native()
+        self.sgmv = sgmv
+        if sgmv:
+            if not _native():
+                raise RuntimeError("lora: the native CPU kernels are not built (kernels/cpu_native.py)")
+            self._segments(row_slot)
+            return
         used = int(row_slot.max())
         self.k = used + 1  # slots [0, k) are read
         self.masks: dict[int, torch.Tensor] = {}
@@ -33,11 +48,28 @@ class LoRAStep:
             cols = torch.arange(self.k * width, device=row_slot.device) // width  # each column's slot
             self.masks[parts] = (cols.unsqueeze(0) == row_slot.unsqueeze(1)).to(slots.dtype)
 
+    def _segments(self, row_slot: torch.Tensor) -> None:
+        """The rows with an adapter grouped by slot: their indices, the groups' bounds and slots."""
+        order = torch.argsort(row_slot, stable=True)
+        ordered = row_slot[order]
+        keep = ordered >= 0
+        self.rows = order[keep].contiguous()
+        seg_slots, counts = torch.unique_consecutive(ordered[keep], return_counts=True)
+        self.seg_slots = seg_slots.contiguous()
+        self.bounds = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+        self.cols = {m: torch.tensor([0, *itertools.accumulate(self.slots.geometry[m][1])], dtype=torch.int64)
+                     for m in self.slots.modules}
+
     def add(self, layer: int, module: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``y`` (the base layer's output for ``x``) plus each row's adapter delta, in place;
         returns ``y``.  A module the slots do not hold is left as it is."""
         a = self.slots.a.get((layer, module))
         if a is None:
+            return y
+        if self.sgmv:
+            torch.ops.radixserve_cpu.lora_sgmv_(y.view(-1, y.shape[-1]), x.reshape(-1, x.shape[-1]).contiguous(), a,
+                                                self.slots.b[layer, module], self.rows, self.bounds, self.seg_slots,
+                                                self.slots.parts(module), self.slots.rank, self.cols[module])
             return y
         mask = self.masks[self.slots.parts(module)]
         n = mask.shape[1]
@@ -46,6 +78,12 @@ class LoRAStep:
         y2 = y.view(-1, y.shape[-1])
         y2.addmm_(t, self.slots.b[layer, module][:n])
         return y
+
+
+def _native() -> bool:
+    from radixserve.kernels import cpu_native
+
+    return cpu_native.load()
 
 
 class LoRAHolder:
