@@ -20,7 +20,9 @@ changing only ``import sglang as sgl`` to ``import frontend_lang as sgl``.  What
 meaning for a text-only radixserve backend raises a clear error when used (``image``,
 ``video``, ``separate_reasoning``, ``gen(n>1)``); ``function(num_api_spec_tokens=...)``
 is accepted and ignored.  Tool calling: ``gen(name, tools=[...], tool_choice=...)`` and
-``state.tool_calls(name)`` (see tools.py).
+``state.tool_calls(name)`` (see tools.py).  LoRA adapters served by the backend:
+``gen(..., lora="name")`` / ``select(..., lora="name")``, or ``program.run(..., lora="name")`` for
+every gen and select of the run (radixserve's extension; sent as /generate's ``lora_path``).
 
 Owns: the program API (``api``, ``ir``, ``program``), its interpreter (``state``, ``executor``,
 ``batch``, ``tracer``, ``stream``, ``transcript``), client-side chat templates

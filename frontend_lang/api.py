@@ -48,17 +48,19 @@ def gen(name: Optional[str] = None, max_tokens: Optional[int] = None, min_tokens
         return_text_in_logprobs: Optional[bool] = None, dtype: DType = None, choices: Optional[list[str]] = None,
         choices_method: Union[str, ChoicesSamplingMethod, None] = None, regex: Optional[str] = None,
         json_schema: Union[str, dict, None] = None, tools: Optional[list[dict]] = None, tool_choice: Any = None,
-        parallel_tool_calls: Optional[bool] = None, **sampling: Any) -> Expr:
+        parallel_tool_calls: Optional[bool] = None, lora: Optional[str] = None, **sampling: Any) -> Expr:
     """Generate text into variable ``name``, with SGLang's arguments in SGLang's order; any
     other ``SamplingParams`` field (seed, repetition_penalty, no_stop_trim, ...) by keyword.
-    Unset arguments fall back to the run's defaults.  With ``choices`` it is a ``select``;
+    Unset arguments fall back to the run's defaults.  ``lora`` (radixserve's extension; also
+    ``lora_path=``) names the served LoRA adapter to generate with.  With ``choices`` it is a ``select``;
     ``dtype`` (int, float, str, bool) constrains the output as dtypes.py says.  ``tools`` /
     ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's) make the calls in the output
     available as ``state.tool_calls(name)`` (see tools.py)."""
     if choices:
         if tools is not None:
             raise ValueError("gen: choices cannot be combined with tools")
-        return select(name, choices, temperature, choices_method, sampling.get("priority"))
+        return select(name, choices, temperature, choices_method, sampling.get("priority"),
+                      lora or sampling.get("lora_path"))
     if n not in (None, 1):
         raise ValueError("gen: n > 1 is not supported inside a program (use s.fork(n))")
     plan = make_plan(tools, tool_choice, parallel_tool_calls)
@@ -86,18 +88,21 @@ def gen_string(name: Optional[str] = None, max_tokens: Optional[int] = None, n: 
 
 
 def select(name: Optional[str] = None, choices: Optional[list[str]] = None, temperature: Optional[float] = 0.0,
-           choices_method: Union[str, ChoicesSamplingMethod, None] = None, priority: Optional[int] = None) -> Expr:
+           choices_method: Union[str, ChoicesSamplingMethod, None] = None, priority: Optional[int] = None,
+           lora: Optional[str] = None) -> Expr:
     """Append the most likely of ``choices`` and store it in ``name``.  ``choices_method`` is
     token_length_normalized (default), greedy_token_selection or
     unconditional_likelihood_normalized (objects or names, see choice_scoring.py).
     The choice is scored exactly, so ``temperature`` must be 0 (or None), as SGLang's
-    /generate backend requires.  ``priority`` (default: the run's) goes with every request
-    the scoring sends."""
+    /generate backend requires.  ``priority`` and ``lora`` (the LoRA adapter; default: the run's)
+    go with every request the scoring sends."""
     if not choices or not all(isinstance(c, str) and c for c in choices):
         raise ValueError("select: choices must be a non-empty list of non-empty strings")
     if temperature is not None and temperature > 1e-5:
         raise ValueError(f"select: temperature must be 0, choices are scored exactly (got {temperature})")
-    return Select(name, list(choices), resolve(choices_method), priority)
+    if lora is not None and not (isinstance(lora, str) and lora):
+        raise ValueError("select: lora must be a LoRA adapter's name")
+    return Select(name, list(choices), resolve(choices_method), priority, lora)
 
 
 def image(expr: Any) -> Expr:

@@ -4,8 +4,9 @@ a thread pool, after a shared-prefix hint).
 Before a batch of two or more programs runs, each is dry-run up to its first model call
 (tracer.py); the longest text common to all of them, cut back to just before a run of
 whitespace (so the cut falls on a token boundary of the full prompts in practice), is
-sent once with max_new_tokens 0.  Every program's first request then hits that cached
-prefix instead of all of them prefilling it at the same time.  Program bodies therefore
+sent once with max_new_tokens 0 (under the runs' LoRA adapter; no hint when they use
+different ones).  Every program's first request then hits that cached prefix instead of
+all of them prefilling it at the same time.  Program bodies therefore
 run their code up to the first gen/select twice (once traced); pass ``precache=False`` if
 that matters.
 """
@@ -17,7 +18,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any, Callable, Iterator, Optional, Union
 
-from frontend_lang.backend.base import Backend
+from frontend_lang.backend.base import Backend, lora_kw
 from frontend_lang.executor import StreamExecutor
 from frontend_lang.sampling import SamplingOverrides
 from frontend_lang.state import ProgramState
@@ -58,10 +59,11 @@ def send_prefix_hint(func: Callable[..., Any], runs: list[Run], backend: Backend
     traces = [traced_prefix(func, backend, kwargs) for kwargs, _ in runs]
     texts = [t for t in traces if t is not None]
     prefix = shared_prefix(texts) if len(texts) >= 2 else ""
-    if not prefix:
+    loras = {defaults.lora_path for _, defaults in runs}
+    if not prefix or len(loras) > 1:  # the cache is per LoRA adapter: one hint serves one adapter
         return None
     try:
-        backend.cache_prefix(text=prefix)
+        backend.cache_prefix(text=prefix, **lora_kw(loras.pop()))
     except Exception as e:  # a hint only: the programs report their own errors
         logger.warning("run_batch prefix hint failed: %s", e)
         return None

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from typing import Any, Optional
 
-from frontend_lang.backend.base import Backend
+from frontend_lang.backend.base import Backend, lora_kw
 from frontend_lang.choice_scoring import resolve
 from frontend_lang.dtypes import apply_dtype
 from frontend_lang.errors import ProgramError
@@ -99,7 +99,8 @@ class StreamExecutor:
             self._gen(op)
         elif isinstance(op, Select):
             priority = op.priority if op.priority is not None else self.defaults.priority
-            index, meta = run_select(self.backend, self.text(), op.choices, resolve(op.method), priority)
+            lora = op.lora if op.lora is not None else self.defaults.lora_path
+            index, meta = run_select(self.backend, self.text(), op.choices, resolve(op.method), priority, lora)
             self._commit(op.name, op.choices[index], op.choices[index], meta)
         elif isinstance(op, VarScopeBegin):
             with self.cond:
@@ -111,8 +112,8 @@ class StreamExecutor:
                 self.variables[op.name] = self.transcript.text[self._scopes.pop(op.name):]
         elif isinstance(op, CommitPrefix):
             text = self.text()
-            if text:
-                self.backend.cache_prefix(text=text)
+            if text:  # under the run's adapter: the cache is per adapter
+                self.backend.cache_prefix(text=text, **lora_kw(self.defaults.lora_path))
         else:
             raise TypeError(f"unknown op {op!r}")
 

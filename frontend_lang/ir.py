@@ -48,6 +48,7 @@ class Select(Expr):
     choices: list[str]
     method: Any = None  # a ChoicesSamplingMethod; None means token_length_normalized
     priority: Optional[int] = None  # None: the run's default priority, if any
+    lora: Optional[str] = None  # the LoRA adapter's name; None: the run's default, if any
 
 
 @dataclass

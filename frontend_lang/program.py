@@ -10,7 +10,9 @@
 
 Keyword arguments of ``run``/``run_batch`` named like a sampling field (max_new_tokens,
 temperature, top_p, top_k, min_p, stop, ..., see sampling.py) are defaults for every gen of
-the program, unless the function itself has a parameter of that name.  Errors raised by
+the program, unless the function itself has a parameter of that name; so is ``lora`` (or
+``lora_path``), the served LoRA adapter every gen and select of the run uses (radixserve's
+extension; a gen's or select's own ``lora`` wins).  Errors raised by
 the program's own code propagate out of ``run``; a failed gen/select does not: ``run``
 returns the state, ``state.error()`` is set and reading the variable raises.
 """

@@ -21,14 +21,16 @@ class Backend(ABC):
                  on_text: Optional[Callable[[str], None]] = None) -> tuple[str, dict[str, Any]]:
         """Generate a continuation of ``text``; returns (output text, meta_info) as /generate
         does.  ``options`` holds request-level fields (return_logprob, logprob_start_len,
-        top_logprobs_num, return_text_in_logprobs).  With ``on_text`` the call streams and
-        calls it with the cumulative output text as it grows."""
+        top_logprobs_num, return_text_in_logprobs, and lora_path: the LoRA adapter's name).
+        With ``on_text`` the call streams and calls it with the cumulative output text as it grows."""
 
     @abstractmethod
     def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None,
-                     priority: Optional[int] = None) -> None:
+                     priority: Optional[int] = None, lora_path: Optional[str] = None) -> None:
         """Prefill ``text`` (or ``input_ids``) with max_new_tokens 0 so later requests that start
-        with it hit the prefix cache (a prefix hint); ``priority`` None is the server's default."""
+        with it hit the prefix cache (a prefix hint); ``priority`` None is the server's default;
+        ``lora_path`` the LoRA adapter whose cache it fills (None: the base model's).  Callers
+        pass ``lora_path`` only when set (``lora_kw``), so a backend without LoRA may omit it."""
 
     @abstractmethod
     def tokenize(self, texts: list[str]) -> list[list[int]]:
@@ -36,10 +38,11 @@ class Backend(ABC):
 
     @abstractmethod
     def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int,
-                        priority: Optional[int] = None) -> list[list[TokenLogprob]]:
+                        priority: Optional[int] = None, lora_path: Optional[str] = None) -> list[list[TokenLogprob]]:
         """For each prompt, (logprob, token id) of every position from ``logprob_start_len`` on
         (logprob None at position 0), from one batched prefill that generates nothing, at
-        ``priority`` (None: the server's default)."""
+        ``priority`` (None: the server's default), under LoRA adapter ``lora_path`` (as in
+        ``cache_prefix``)."""
 
     @abstractmethod
     def chat_template(self) -> ChatTemplate:
@@ -60,6 +63,11 @@ class Backend(ABC):
 def with_priority(sampling_params: dict[str, Any], priority: Optional[int]) -> dict[str, Any]:
     """``sampling_params`` plus ``priority`` when one is given."""
     return sampling_params if priority is None else {**sampling_params, "priority": priority}
+
+
+def lora_kw(lora_path: Optional[str]) -> dict[str, Any]:
+    """``{"lora_path": lora_path}`` when an adapter is named, else nothing."""
+    return {} if lora_path is None else {"lora_path": lora_path}
 
 
 def finish_error(meta: dict[str, Any]) -> Optional[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
-from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, with_priority
+from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, lora_kw, with_priority
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.errors import BackendError
 
@@ -27,15 +27,17 @@ class EngineBackend(Backend):
 
     def _run(self, prompt: Any, sampling_params: Any, input_ids: Any = None, return_logprob: bool = False,
              logprob_start_len: int = -1, top_logprobs_num: int = 0,
-             on_text: Optional[Callable[[int, str], None]] = None) -> list[dict[str, Any]]:
+             on_text: Optional[Callable[[int, str], None]] = None,
+             lora_path: Optional[str] = None) -> list[dict[str, Any]]:
         args = (prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num)
+        kw = lora_kw(lora_path)
         try:
             if on_text is None:
-                outs = self.engine.generate(*args)
+                outs = self.engine.generate(*args, **kw)
                 outs = outs if isinstance(outs, list) else [outs]
             else:
                 finals: dict[int, dict[str, Any]] = {}
-                for chunk in self.engine.generate_stream(*args):
+                for chunk in self.engine.generate_stream(*args, **kw):
                     if chunk["meta_info"]["finish_reason"] is None:
                         on_text(chunk["index"], chunk["text"])
                     else:
@@ -58,7 +60,8 @@ class EngineBackend(Backend):
         callback = None if on_text is None else (lambda _i, t: on_text(t))
         out = self._run(text, dict(sampling_params), return_logprob=bool(opts.get("return_logprob", False)),
                         logprob_start_len=opts.get("logprob_start_len", -1),
-                        top_logprobs_num=opts.get("top_logprobs_num", 0), on_text=callback)[0]
+                        top_logprobs_num=opts.get("top_logprobs_num", 0), on_text=callback,
+                        lora_path=opts.get("lora_path"))[0]
         meta = out["meta_info"]
         if with_text and "input_token_logprobs" in meta:
             self._add_token_text(meta)
@@ -72,16 +75,16 @@ class EngineBackend(Backend):
             meta[key] = fill(meta[key])
 
     def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None,
-                     priority: Optional[int] = None) -> None:
-        self._run(text, with_priority({"max_new_tokens": 0}, priority), input_ids=input_ids)
+                     priority: Optional[int] = None, lora_path: Optional[str] = None) -> None:
+        self._run(text, with_priority({"max_new_tokens": 0}, priority), input_ids=input_ids, lora_path=lora_path)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         return [list(self.engine.tokenizer.encode(t)) for t in texts]
 
     def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int,
-                        priority: Optional[int] = None) -> list[list[TokenLogprob]]:
+                        priority: Optional[int] = None, lora_path: Optional[str] = None) -> list[list[TokenLogprob]]:
         outs = self._run(None, with_priority({"max_new_tokens": 0}, priority), input_ids=[list(i) for i in input_ids],
-                         return_logprob=True, logprob_start_len=logprob_start_len)
+                         return_logprob=True, logprob_start_len=logprob_start_len, lora_path=lora_path)
         return [[(e[0], e[1]) for e in o["meta_info"]["input_token_logprobs"]] for o in outs]
 
     def chat_template(self) -> ChatTemplate:

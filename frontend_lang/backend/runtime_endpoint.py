@@ -2,7 +2,8 @@
 
     backend = RuntimeEndpoint("http://127.0.0.1:30000", api_key="sk-...")
 
-It uses POST /generate (SGLang's body, SSE when streaming), POST /tokenize and
+It uses POST /generate (SGLang's body, SSE when streaming; a LoRA adapter as its top-level
+``lora_path``), POST /tokenize and
 GET /get_model_info (for the chat template).  Nothing is sent at construction; the first
 call that needs the server contacts it.  Every request has a timeout (``connect_timeout``
 to connect, ``timeout`` for the whole response); a server that cannot be reached, an HTTP
@@ -16,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import httpx
 
-from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, with_priority
+from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, lora_kw, with_priority
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.errors import BackendError
 
@@ -97,20 +98,20 @@ class RuntimeEndpoint(Backend):
         return out.get("text", ""), meta
 
     def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None,
-                     priority: Optional[int] = None) -> None:
+                     priority: Optional[int] = None, lora_path: Optional[str] = None) -> None:
         prompt = {"text": text} if input_ids is None else {"input_ids": input_ids}
         params = with_priority({"max_new_tokens": 0}, priority)
-        self._request("POST", "/generate", {**prompt, "sampling_params": params})
+        self._request("POST", "/generate", {**prompt, "sampling_params": params, **lora_kw(lora_path)})
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         return self._request("POST", "/tokenize", {"text": list(texts)})["input_ids"]
 
     def prompt_logprobs(self, input_ids: list[list[int]], logprob_start_len: int,
-                        priority: Optional[int] = None) -> list[list[TokenLogprob]]:
+                        priority: Optional[int] = None, lora_path: Optional[str] = None) -> list[list[TokenLogprob]]:
         outs = self._request("POST", "/generate", {
             "input_ids": [list(ids) for ids in input_ids],
             "sampling_params": with_priority({"max_new_tokens": 0}, priority),
-            "return_logprob": True, "logprob_start_len": logprob_start_len})
+            "return_logprob": True, "logprob_start_len": logprob_start_len, **lora_kw(lora_path)})
         if isinstance(outs, dict):
             outs = [outs]
         return [[(e[0], e[1]) for e in o["meta_info"]["input_token_logprobs"]] for o in outs]

@@ -6,6 +6,8 @@ Loop contract:
   an exception that escapes the loop.
 - With work pending it steps back to back; idle, it blocks in ``zmq.Poller.poll`` with a
   timeout (no busy spinning).
+- Control requests (``ControlReq``: stats, flush_cache, cache views, LoRA load/unload) run
+  between steps and always get a ``ControlReply``; a refusal is ``{"error": ...}``.
 - After each step it pushes one ``BatchReqOutput`` (token deltas) to the detokenizer, and
   at most every ``STATS_INTERVAL`` seconds a ``SchedulerStats``.
 - A step the worker fails (``WorkerStepError``) aborts only the requests of that step,
@@ -19,6 +21,7 @@ Loop contract:
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import traceback
@@ -116,7 +119,21 @@ class SchedulerLoop:
                 except AssertionError as e:
                     s["invariants_ok"], s["invariant_error"] = False, str(e)
             return s
+        if kind in ("load_lora", "unload_lora"):
+            return self.lora_control(kind, args)
         return {"error": f"unknown control request {kind!r}"}
+
+    def lora_control(self, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+        """``load_lora`` (name, path) -> ``{"adapter": AdapterInfo as a dict}``; ``unload_lora``
+        (uid) -> ``{"requests_in_flight": n}`` (the weights go when those are done).  A refusal is
+        ``{"error": "<field>: ...", "status": 400}``.  Plain dicts: the detokenizer, which forwards
+        the reply, never imports the LoRA modules."""
+        try:
+            if kind == "load_lora":
+                return {"adapter": dataclasses.asdict(self.sched.lora.load(str(args["name"]), str(args["path"])))}
+            return {"requests_in_flight": self.sched.lora.unload(str(args["uid"]), self.sched.lora_users)}
+        except ValueError as e:
+            return {"error": str(e), "status": 400}
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[Req]:

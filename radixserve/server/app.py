@@ -1,9 +1,11 @@
-"""FastAPI app: the native SGLang-compatible routes (the OpenAI routes live in openai/routes.py).
+"""FastAPI app: the native SGLang-compatible routes (the OpenAI routes live in openai/routes.py,
+the LoRA adapter admin routes in lora_routes.py).
 
 POST /generate returns {text, output_ids, meta_info} (a list for batched input or n > 1)
 or, with ``stream``, SSE chunks ``data: {...}`` with cumulative text and an ``index``,
 ending ``data: [DONE]``.  Errors before the first chunk are HTTP errors; a failure after
-it arrives as a ``data: {"error": ...}`` chunk.
+it arrives as a ``data: {"error": ...}`` chunk.  ``lora_path`` (SGLang's) names a loaded LoRA
+adapter for every prompt, or gives one name (or null: the base model) per prompt.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from radixserve.request_builder import Prompts, split_prompts
 from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_and_rest, install_error_handlers,
                                          parse_body, stream_response)
 from radixserve.server.inspector.routes import DASHBOARD_PATHS, inspector_router
+from radixserve.server.lora_routes import lora_router
 from radixserve.server.tenancy.key_auth import KeyAuthMiddleware
 from radixserve.server.tenancy.keys import KeyStore
 from radixserve.server.openai.routes import openai_router
@@ -56,7 +59,8 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput) -> Prompts:
     sp = obj.sampling_params
     params = [p.to_dict() for p in sp] if isinstance(sp, list) else sp.to_dict() if sp is not None else None
     try:
-        return split_prompts(obj.text, obj.input_ids, params, ctx.tm.encode, obj.rid, obj.priority, obj.cache_salt)
+        return split_prompts(obj.text, obj.input_ids, params, ctx.tm.encode, obj.rid, obj.priority, obj.cache_salt,
+                             lora_path=obj.lora_path)
     except ValueError as e:
         raise RequestError(400, str(e)) from None
 
@@ -76,6 +80,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app.include_router(usage_router(ctx))
     app.include_router(chat_router(ctx))
     app.include_router(inspector_router(ctx))
+    app.include_router(lora_router(ctx))
 
     @app.post("/generate", openapi_extra=body_doc(GenerateReqInput, stream=True))
     async def generate(request: Request):
@@ -137,7 +142,12 @@ def create_app(ctx: ServerContext) -> FastAPI:
         cfg = ctx.engine_cfg
         info = {**dataclasses.asdict(cfg.model), **dataclasses.asdict(cfg.cache), **dataclasses.asdict(cfg.scheduler),
                 "host": ctx.server_cfg.host, "port": ctx.server_cfg.port, "model_path": ctx.model_path,
-                "served_model_name": ctx.model_name, "pids": ctx.pids, "worker": dataclasses.asdict(tm.info)}
+                **dataclasses.asdict(cfg.lora), "served_model_name": ctx.model_name, "pids": ctx.pids,
+                "worker": dataclasses.asdict(tm.info)}
+        if tm.lora is not None:
+            from radixserve.lora.registry import lora_summary
+
+            info["lora_adapters"] = [lora_summary(a) for a in tm.lora.adapters.values()]
         info["scheduler"] = await tm.control("stats+check" if check_invariants else "stats")
         info["in_flight_requests"] = len(tm.states)
         return info

@@ -150,7 +150,8 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         logger.info("model ready in %.1fs: %s, %s (quantization %s) on %s, %d KV slots, context %d",
                     time.perf_counter() - t0, hf_dir, info.dtype, info.quantization, info.device, info.num_slots - 1,
                     info.context_len)
-        tm = TokenizerManager(tokenizer, info, launcher.addrs, tokenizer_path, engine_cfg.scheduler.grammar_backend)
+        tm = TokenizerManager(tokenizer, info, launcher.addrs, tokenizer_path, engine_cfg.scheduler.grammar_backend,
+                              engine_cfg.lora)
         if usage_db is not None:
             tm.accounting = Accounting(Ledger(usage_db), tm.metrics, keys)
         ctx = ServerContext(tm, engine_cfg, server_cfg, model_name(engine_cfg.model.path),

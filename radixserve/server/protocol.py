@@ -61,8 +61,7 @@ UNSUPPORTED_WHEN_SET: dict[str, str] = {
     "return_hidden_states": "hidden states are not returned by this server",
     "return_routed_experts": "this server serves dense models (no experts)",
     "session_params": "sessions are not supported",
-    "lora_path": "LoRA adapters are not supported",
-    "lora_id": "LoRA adapters are not supported",
+    "lora_id": "LoRA adapters are named by lora_path here (SGLang's internal lora_id is not taken)",
     "custom_logit_processor": "custom logit processors are not supported",
     "require_reasoning": "reasoning parsers are not supported",
     "background": "background requests are not supported",
@@ -95,6 +94,8 @@ class _GenerateBase(BaseModel):
     return_text_in_logprobs: bool = False
     priority: Optional[StrictInt] = None  # SGLang's place for it: applies to every prompt
     cache_salt: Optional[str] = None  # vLLM's: the prompts' prefix-cache namespace (SamplingParams.cache_salt)
+    # SGLang's: a loaded LoRA adapter's name for every prompt, or a list with one name or None per prompt
+    lora_path: Union[str, list[Optional[str]], None] = None
 
     @field_validator(*UNSUPPORTED_WHEN_SET, check_fields=False)
     @classmethod
@@ -113,6 +114,14 @@ class _GenerateBase(BaseModel):
             value = value[0] if value else None
         return _DEFAULTS[info.field_name] if value is None else value
 
+    @field_validator("lora_path")
+    @classmethod
+    def _adapter_names(cls, value: Any) -> Any:
+        names = value if isinstance(value, list) else [value]
+        if any(n is not None and not n for n in names):
+            raise PydanticCustomError("lora_path", "an adapter name must be a non-empty string (None: the base model)")
+        return value
+
 
 _DEFAULTS = {"return_logprob": False, "logprob_start_len": -1, "top_logprobs_num": 0}
 
@@ -128,6 +137,23 @@ class ConcatAndAppendReqInput(BaseModel):
 
     src_rids: list[str] = Field(default_factory=list)
     dst_rid: str = ""
+
+
+class LoadLoRAAdapterReqInput(BaseModel):
+    """POST /load_lora_adapter (SGLang's body): serve the PEFT adapter directory ``lora_path``
+    as ``lora_name``."""
+
+    model_config = ConfigDict(extra="forbid")
+    lora_name: str
+    lora_path: str
+    pinned: bool = False  # SGLang's: keep the adapter in a slot; accepted, the slots here are least recently used
+
+
+class UnloadLoRAAdapterReqInput(BaseModel):
+    """POST /unload_lora_adapter (SGLang's body)."""
+
+    model_config = ConfigDict(extra="forbid")
+    lora_name: str
 
 
 class AbortReqInput(BaseModel):

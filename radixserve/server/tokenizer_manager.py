@@ -25,6 +25,7 @@ from radixserve.ipc.server_link import (AbortReq, BatchReqOutput, ControlReply, 
                                         SchedulerStats, TokenizedRequest)
 from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.ipc.zmq_utils import IPCAddrs, make_socket, send_obj
+from radixserve.lora_config import LoRAConfig
 from radixserve.metrics import Metrics
 from radixserve.request_builder import Limits, RequestBuilder
 from radixserve.server.tenancy.accounting import Accounting
@@ -36,11 +37,17 @@ logger = logging.getLogger(__name__)
 
 class TokenizerManager:
     def __init__(self, tokenizer: Any, info: WorkerInfo, addrs: IPCAddrs, tokenizer_path: str = "",
-                 grammar_backend: str = DEFAULT_GRAMMAR_BACKEND) -> None:
+                 grammar_backend: str = DEFAULT_GRAMMAR_BACKEND, lora: Optional[LoRAConfig] = None) -> None:
+        """``lora``: the server's LoRA configuration (None or disabled: no adapters, ``self.lora`` None)."""
         self.tokenizer = tokenizer
         self.chat = ChatEncoder(tokenizer, tokenizer_path)
         self.info = info
-        self.builder = RequestBuilder(Limits.of(info), grammar_backend)
+        self.lora: Any = None  # the served adapters by name (lora.registry.LoRARegistry); server/lora_routes.py
+        if lora is not None and lora.enable_lora:
+            from radixserve.lora.registry import registry_for  # imports torch: only on a server with LoRA
+
+            self.lora = registry_for(lora, info.lora)
+        self.builder = RequestBuilder(Limits.of(info), grammar_backend, self.lora)
         self.to_sched = make_socket(zmq.Context.instance(), zmq.PUSH, addrs.server_to_sched, bind=False)
         self.from_detok = make_socket(zmq.asyncio.Context.instance(), zmq.PULL, addrs.detok_to_server, bind=True)
         self.states: dict[str, ReqState] = {}

@@ -13,7 +13,8 @@ from radixserve.server.protocol import GenerateReqInput
 BODIES = {"/generate": "GenerateReqInput", "/v1/completions": "CompletionRequest",
           "/v1/chat/completions": "ChatCompletionRequest", "/v1/embeddings": "EmbeddingRequest",
           "/tokenize": "TokenizeReqInput", "/abort_request": "AbortReqInput",
-          "/concate_and_append_request": "ConcatAndAppendReqInput"}
+          "/concate_and_append_request": "ConcatAndAppendReqInput",
+          "/load_lora_adapter": "LoadLoRAAdapterReqInput", "/unload_lora_adapter": "UnloadLoRAAdapterReqInput"}
 
 
 @pytest.fixture(scope="module")

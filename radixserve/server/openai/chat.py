@@ -21,6 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
+from radixserve.server.lora_routes import apply_model_adapter
 from radixserve.server.openai.routes import ChunkStream, _openai_names, finish_str, sampling_dict, usage
 from radixserve.server.openapi_doc import body_doc
 from radixserve.server.protocol import ChatCompletionRequest
@@ -150,6 +151,7 @@ def chat_router(ctx: Any) -> APIRouter:
             field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
             raise RequestError(400, f"{field}: must be >= 0 (got {max_tokens})")
         params = sampling_dict(req, max_tokens, tm.info.context_len)
+        apply_model_adapter(ctx, req.model, params)
         parser = None
         if plan.schema is not None:
             for key, field in (("json_schema", "response_format"), ("regex", "regex")):

@@ -5,7 +5,9 @@
 extension is accepted too).  Choices are ordered prompt-major (choice ``i * n + j`` is copy j of prompt i); usage
 counts each prompt once and reports ``prompt_tokens_details.cached_tokens``.  Errors use
 OpenAI's names for the fields (``max_tokens``, ``prompt``, ``messages``...).  ``echo`` and
-prompt logprobs on /v1/completions: see ``completion_view.py``.
+prompt logprobs on /v1/completions: see ``completion_view.py``.  A ``model`` that names a loaded
+LoRA adapter (or ``<base model>:<adapter>``) generates with it (``lora_routes.apply_model_adapter``);
+/v1/models lists the base model and each adapter (``parent``: the base model).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
+from radixserve.server.lora_routes import adapter_cards, apply_model_adapter
 from radixserve.server.openapi_doc import body_doc
 from radixserve.server.openai.completion_view import CompletionView, prompt_texts
 from radixserve.server.protocol import OPENAI_SAMPLING_FIELDS, CompletionRequest
@@ -103,9 +106,9 @@ def openai_router(ctx: Any) -> APIRouter:
 
     @router.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": ctx.model_name, "object": "model", "created": 0,
-                                            "owned_by": "radixserve", "root": ctx.model_path,
-                                            "max_model_len": tm.info.context_len}]}
+        base = {"id": ctx.model_name, "object": "model", "created": 0, "owned_by": "radixserve",
+                "root": ctx.model_path, "max_model_len": tm.info.context_len}
+        return {"object": "list", "data": [base, *adapter_cards(ctx)]}
 
     async def respond(req: Any, states: list[ReqState], request: Request, top: Optional[int],
                       view: CompletionView):
@@ -167,6 +170,7 @@ def openai_router(ctx: Any) -> APIRouter:
         if not prompts:
             raise RequestError(400, "prompt: the prompt is empty")
         params = sampling_dict(req, req.max_tokens, 16)
+        apply_model_adapter(ctx, req.model, params)
         if req.echo:  # the view decodes the prompts' ids: check them first (out-of-range ids were a 500)
             for ids, name in zip(prompts, names):
                 tm.check_prompt(ids, name)

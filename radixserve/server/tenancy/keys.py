@@ -7,7 +7,8 @@
     period = "day"                  # minute | hour | day | month (UTC calendar periods; default day)
     requests_per_minute = 60        # token-consuming requests in any 60 s (absent: unlimited)
     routes = ["/v1/*", "/generate"] # path globs this key may call (default ["*"])
-    admin = false                   # admin routes (/v1/usage, /metrics, /flush_cache, /abort_request, /cache/*)
+    admin = false                   # admin routes (/v1/usage, /metrics, /flush_cache, /abort_request, /cache/*,
+                                    #   /load_lora_adapter, /unload_lora_adapter)
     cache_salt = "team-a"           # prefix-cache namespace (default: the name); keys sharing it share hits
 
 Every error names the file, the entry and the field: ``keys.toml: keys[2].budget_tokens:
@@ -28,7 +29,8 @@ from typing import Any, Mapping, Optional
 logger = logging.getLogger(__name__)
 
 PERIODS = ("minute", "hour", "day", "month")
-ADMIN_PATHS = ("/v1/usage", "/metrics", "/flush_cache", "/abort_request", "/cache/tree", "/cache/stats")
+ADMIN_PATHS = ("/v1/usage", "/metrics", "/flush_cache", "/abort_request", "/cache/tree", "/cache/stats",
+               "/load_lora_adapter", "/unload_lora_adapter")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _FIELDS = ("key", "name", "budget_tokens", "period", "requests_per_minute", "routes", "admin", "cache_salt")
 
