@@ -70,7 +70,8 @@ class Engine:
             self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
             self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend)
             # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
-            self._tiers = build_tier_store(self.config, self.runner, self.info) if self.config.parallel.world_size == 1 \
+            one_rank = self.config.parallel.world_size == 1
+            self._tiers = build_tier_store(self.config, self.runner, self.info) if one_rank \
                 else None  # the hierarchical cache's host and disk tiers (enable_hierarchical_cache)
             self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer, self._tiers)
             self._persister: Optional[CachePersister] = None  # warm restart (cache_persist_dir)

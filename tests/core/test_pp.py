@@ -66,7 +66,8 @@ def test_bad_pipeline_flags_name_the_flag(kw, field):
         EngineConfig.from_kwargs(None, **kw)
 
 
-@pytest.mark.parametrize("kw,field", [({"pp_size": 3}, "pp_size"), ({"pp_size": 2, "quantization": "int8"}, "quantization"),
+@pytest.mark.parametrize("kw,field", [({"pp_size": 3}, "pp_size"),
+                                      ({"pp_size": 2, "quantization": "int8"}, "quantization"),
                                       ({"pp_size": 2, "kv_cache_dtype": "int8"}, "kv_cache_dtype"),
                                       ({"pp_size": 2, "speculative_algorithm": "draft"}, "speculative_algorithm")])
 def test_pipeline_refusals_name_the_flag(tiny_dir, kw, field):
