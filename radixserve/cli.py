@@ -83,8 +83,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     engine = Engine(config=engine_config_from_args(args), show_progress=True)
-    numerics = (engine.runner.numerics.describe() if args.tp_size == 1  # tp > 1: the ranks are child processes
-                else f"{engine.info.dtype}, tensor parallel over {args.tp_size} ranks")
+    numerics = (engine.runner.numerics.describe() if args.tp_size * args.pp_size == 1  # else child processes
+                else f"{engine.info.dtype}, tensor parallel over {args.tp_size} ranks x {args.pp_size} pipeline stages")
     print(f"[radixserve] loaded {engine.model_path} in {time.perf_counter() - t0:.1f}s "
           f"({numerics}, {engine.scheduler.kv.capacity} KV slots)", file=sys.stderr)
     prompt = args.prompt

@@ -318,6 +318,11 @@ class ParallelConfig:
     ("HOST:PORT", required with ``nnodes > 1``) is where rank 0 listens for the rendezvous; on
     one node a free loopback port is picked.  ``dist_timeout`` (seconds) bounds the rendezvous
     and every collective, so a stuck rank never hangs the others.
+
+    Pipeline parallelism (docs/PIPELINE_PARALLEL.md): ``pp_size`` stages of contiguous layers,
+    each a tensor-parallel group of ``tp_size`` ranks (``tp_size * pp_size`` ranks in all, stage
+    ``s`` being ranks ``[s * tp_size, (s + 1) * tp_size)``); a step's requests go through them in
+    ``pp_micro_batches`` micro-batches (0: as many as stages).
     """
 
     tp_size: int = 1
@@ -325,12 +330,18 @@ class ParallelConfig:
     node_rank: int = 0
     dist_init_addr: Optional[str] = None
     dist_timeout: float = 120.0
+    pp_size: int = 1
+    pp_micro_batches: int = 0
 
     def __post_init__(self) -> None:
         if self.tp_size < 1:
             raise ValueError("tp_size: must be >= 1")
-        if self.nnodes < 1 or self.tp_size % self.nnodes:
-            raise ValueError(f"nnodes: must be >= 1 and divide tp_size ({self.tp_size})")
+        if self.pp_size < 1:
+            raise ValueError("pp_size: must be >= 1")
+        if self.pp_micro_batches < 0:
+            raise ValueError("pp_micro_batches: must be >= 0 (0: one per stage)")
+        if self.nnodes < 1 or self.world_size % self.nnodes:
+            raise ValueError(f"nnodes: must be >= 1 and divide tp_size * pp_size ({self.world_size})")
         if not 0 <= self.node_rank < self.nnodes:
             raise ValueError(f"node_rank: must be in [0, nnodes) = [0, {self.nnodes})")
         if self.nnodes > 1 and not self.dist_init_addr:
@@ -342,9 +353,14 @@ class ParallelConfig:
         if self.dist_timeout <= 0:
             raise ValueError("dist_timeout: must be > 0 seconds")
 
+    @property
+    def world_size(self) -> int:
+        """Every rank of every stage: ``tp_size * pp_size``."""
+        return self.tp_size * self.pp_size
+
     def local_ranks(self) -> range:
         """The global ranks this node runs (rank 0, the one that returns results, is on node 0)."""
-        per_node = self.tp_size // self.nnodes
+        per_node = self.world_size // self.nnodes
         return range(self.node_rank * per_node, (self.node_rank + 1) * per_node)
 
 

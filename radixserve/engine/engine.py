@@ -60,7 +60,7 @@ class Engine:
     def __init__(self, model: Optional[str] = None, show_progress: bool = False,
                  config: Optional[EngineConfig] = None, **kwargs: Any) -> None:
         self.config = config or EngineConfig.from_kwargs(model, **kwargs)
-        if self.config.parallel.tp_size > 1:
+        if self.config.parallel.world_size > 1:
             from radixserve.worker.tp.group_worker import start_group
 
             self.runner, self.info = start_group(self.config)
@@ -73,7 +73,8 @@ class Engine:
             self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend,
                                           self.lora if self.config.lora.enable_lora else None)
             # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
-            self._tiers = build_tier_store(self.config, self.runner, self.info) if self.config.parallel.tp_size == 1 \
+            one_rank = self.config.parallel.world_size == 1
+            self._tiers = build_tier_store(self.config, self.runner, self.info) if one_rank \
                 else None  # the hierarchical cache's host and disk tiers (enable_hierarchical_cache)
             self.scheduler: Scheduler = build_scheduler(self.config, self.runner, self.info, self.tokenizer, self._tiers)
             self._persister: Optional[CachePersister] = None  # warm restart (cache_persist_dir)

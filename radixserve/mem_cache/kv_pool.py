@@ -18,6 +18,7 @@ class KVPool:
     ``sliding_layers`` with ``num_swa_slots``: those layers' buffers have ``num_swa_slots`` rows
     (the sliding-window pool, ``swa_slots.py``) and are indexed by sliding slots, which a step
     gives as ``ForwardBatch.swa_out_cache_loc``/``swa_req_to_token`` (``is_sliding[l]``).
+    ``held_layers`` (a pipeline stage's layers; default all): the other layers' buffers have no rows.
     ``quant`` (``kv_quant.FORMATS``: int8, fp8_e4m3, fp8_e5m2): the buffers hold packed rows, uint8
     ``[num_slots, num_kv_heads, head_dim + 4]`` (codes and a scale per token and head); ``dtype`` is
     then the dtype K/V are given in and read back as (``set_kv``, ``read_kv``), ``store_dtype`` the
@@ -38,6 +39,7 @@ class KVPool:
         sliding_layers: Sequence[int] = (),
         num_swa_slots: int = 0,
         quant: Optional[str] = None,
+        held_layers: Optional[Sequence[int]] = None,
     ) -> None:
         self.num_slots = num_slots
         self.num_layers = num_layers
@@ -54,8 +56,10 @@ class KVPool:
         self.num_swa_slots = num_swa_slots if sliding_layers else 0
         sliding = set(sliding_layers) if self.num_swa_slots else set()
         self.is_sliding = [layer in sliding for layer in range(num_layers)]
-        shapes = [((num_swa_slots if sliding else num_slots), num_kv_heads, self.row_width)
-                  for sliding in self.is_sliding]
+        # a pipeline stage's pool: the layers of other stages keep empty buffers (their ids stay global)
+        self.held = set(range(num_layers)) if held_layers is None else set(held_layers)
+        shapes = [((num_swa_slots if sliding else num_slots) if layer in self.held else 0, num_kv_heads,
+                   self.row_width) for layer, sliding in enumerate(self.is_sliding)]
         self.k_buffer = [torch.zeros(shape, dtype=self.store_dtype, device=device) for shape in shapes]
         self.v_buffer = self.k_buffer if shared_kv else [torch.zeros(shape, dtype=self.store_dtype, device=device)
                                                          for shape in shapes]
@@ -98,7 +102,7 @@ class KVPool:
     @property
     def slot_bytes(self) -> int:
         """Bytes one token slot takes over all layers (``bytes_per_slot`` of this pool)."""
-        return self.bytes_per_slot(self.num_layers, self.num_kv_heads, self.head_dim, self.dtype, self.shared_kv,
+        return self.bytes_per_slot(len(self.held), self.num_kv_heads, self.head_dim, self.dtype, self.shared_kv,
                                    self.quant)
 
     @staticmethod

@@ -20,6 +20,12 @@ Tensor parallelism: built with a ``TPLayout`` and a group (``parallel/``), a ran
 query/KV heads, MLP columns and vocabulary shard (sliced at load time); o_proj and down_proj
 outputs are all-reduced and the logits gathered on rank 0 (None on the other ranks).  With
 the default ``NoTP`` group the collectives are identities and the layers are the full ones.
+
+Pipeline parallelism: with a group whose ``pipe`` is set (``parallel/p2p.py``), the model is
+one stage (``self.stage``, ``parallel/stage.py``): it builds only its layers (global layer ids
+kept), the embedding on the first stage and the final norm and LM head on the last;
+``final_hidden`` takes the previous stage's hidden states instead of embedding and hands its
+own to the next stage (returning None) unless it is the last.
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ from radixserve.model.tp_layers import VocabParallelEmbedding
 from radixserve.model.weights import WeightLoaderMixin
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
+from radixserve.parallel.stage import PipeStage
 
 
 class Attention(nn.Module):
@@ -147,6 +154,7 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
     final_logit_softcap: Optional[float] = None  # logits -> cap * tanh(logits / cap)
     tp_unsupported: Optional[str] = None  # what stops tensor parallelism (the refusal names it)
     lora: Any = None  # a LoRAHolder when adapters are served (worker/lora/)
+    act_dtype: torch.dtype = torch.float32  # the activations' dtype (set by loader.load_model)
 
     def __init__(self, config: Any, max_positions: int, ops: type[TorchOps] = TorchOps, tp: Any = None,
                  layout: Optional[TPLayout] = None) -> None:
@@ -160,13 +168,18 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
             raise ValueError(f"tp_size: tensor parallelism with {self.tp_unsupported} ({config.model_type}) is not "
                              f"supported (use tp_size 1)")
         self.rotary = build_rotary(config, self.layout.head_dim, max_positions, ops)
-        if self.layout.size == 1:
-            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        else:
-            self.embed_tokens = VocabParallelEmbedding(self.layout, config.hidden_size, self.tp)
-        self.layers = nn.ModuleList(self.make_layer(i) for i in range(config.num_hidden_layers))
-        self.norm = self.make_norm(config.hidden_size)
-        self.init_lm_head(config)
+        self.pipe = getattr(self.tp, "pipe", None)
+        n = config.num_hidden_layers
+        self.stage = PipeStage.of(self.pipe.index, self.pipe.count, n) if self.pipe else PipeStage.whole(n)
+        if self.stage.holds_embedding(bool(getattr(config, "tie_word_embeddings", False))):
+            if self.layout.size == 1:
+                self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+            else:
+                self.embed_tokens = VocabParallelEmbedding(self.layout, config.hidden_size, self.tp)
+        self.layers = nn.ModuleList(self.make_layer(i) for i in self.stage.layers)
+        if self.stage.is_last:
+            self.norm = self.make_norm(config.hidden_size)
+        self.init_lm_head(config, self.stage.is_last)
 
     # ------------------------------------------------------------------ what a family overrides
     def make_layer(self, layer_id: int) -> nn.Module:
@@ -234,25 +247,38 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
         return x
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, backend: AttentionBackend, logit_rows: torch.Tensor) -> torch.Tensor:
-        return self.logits(self.final_hidden(batch, backend, logit_rows))
+    def forward(self, batch: ForwardBatch, backend: AttentionBackend,
+                logit_rows: torch.Tensor) -> Optional[torch.Tensor]:
+        hidden = self.final_hidden(batch, backend, logit_rows)
+        return None if hidden is None else self.logits(hidden)
 
     @torch.inference_mode()
     def final_hidden(self, batch: ForwardBatch, backend: AttentionBackend, rows: torch.Tensor) -> torch.Tensor:
         """Run every layer over the batch (writing its KV); the final-normed hidden states of
         ``rows`` only ``[len(rows), hidden_size]`` (what the LM head and embeddings read), in
         fp32 whatever the model's dtype: rounding them to bf16 cost SmolLM2-135M (int4 weights,
-        int8 head) 1.2 points of teacher-forced argmax agreement with fp32 (98.0% -> 99.2%)."""
-        x, residual = self.embed(batch.input_ids), None
+        int8 head) 1.2 points of teacher-forced argmax agreement with fp32 (98.0% -> 99.2%).
+        A pipeline stage other than the last hands its hidden states on and returns None."""
+        if self.stage.is_first:
+            x, residual = self.embed(batch.input_ids), None
+        else:
+            x, residual = self.pipe.recv_hidden(batch.input_ids.shape[0], self.config.hidden_size,
+                                                self.act_dtype, batch.input_ids.device)
         lora = self.lora.step if self.lora is not None else None  # a step with LoRA adapters
         if layer_loop.usable(self, backend, x.dtype):  # the same ops without the module tree's overhead
-            native = layer_stack.run(self, x, batch, backend) if self.stackable and lora is None else None
-            x, residual = native if native is not None else layer_loop.run_layers(self, x, batch, backend, lora)
+            # (the C++ stack runs every layer of the pool: a pipeline stage runs the Python loop)
+            stack = self.stackable and self.stage.count == 1 and lora is None
+            native = layer_stack.run(self, x, batch, backend) if stack else None
+            x, residual = native if native is not None else layer_loop.run_layers(self, x, batch, backend, residual,
+                                                                                  lora)
         else:
             # .forward on the containers: nn.Module.__call__'s hook checks cost about a microsecond a
             # call (the linear layers keep __call__: calibration hooks them)
             for layer in self.layers:
                 x, residual = layer.forward(x, residual, batch, backend)
+        if not self.stage.is_last:
+            self.pipe.send_hidden(x, residual)
+            return None
         return self.final_norm(x, residual, rows)
 
     def final_norm(self, x: torch.Tensor, residual: Optional[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ that takes K/V written by the caller in the activations' dtype
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -38,8 +38,9 @@ def usable(model: Any, backend: AttentionBackend, dtype: torch.dtype) -> bool:
 
 
 def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend,
-               lora: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """All decoder layers of ``model`` over the embeddings ``x [T, hidden]``, writing each
+               residual: Optional[torch.Tensor] = None, lora: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """All decoder layers of ``model`` over the embeddings ``x [T, hidden]`` (or, with
+    ``residual``, a previous pipeline stage's last MLP output and residual stream), writing each
     layer's K/V into ``backend.kv_pool``; returns (last MLP output, residual stream before it),
     as the loop over ``DecoderLayer.forward`` does.  Only when ``usable(model, backend, x.dtype)``.
     ``lora``: the step's ``LoRAStep`` (worker/lora/), whose deltas join the four linear layers'
@@ -58,7 +59,6 @@ def run_layers(model: Any, x: torch.Tensor, batch: ForwardBatch, backend: Attent
         v_stage, stage_loc, store = torch.empty_like(k_stage), torch.arange(tokens), ops.store_kv_packed.default
     q = x.new_empty(tokens, first.num_heads, first.head_dim)  # one rotated-q buffer for every layer
     attend = backend.step_attention(batch, first.num_heads)
-    residual = None
     for layer in model.layers:
         mods = layer._modules  # direct dict reads: Module.__getattr__ costs ~0.3 us a lookup
         attn, mlp = mods["self_attn"], mods["mlp"]

@@ -13,16 +13,20 @@ class LMHeadMixin:
     """Gives a model ``lm_head`` (unless tied to ``embed_tokens``), ``lm_head_weight`` and
     ``logits``.  The model sets ``tp``, ``layout``, ``config`` and ``final_logit_softcap``."""
 
-    def init_lm_head(self, config: Any) -> None:
+    def init_lm_head(self, config: Any, held: bool = True) -> None:
+        """``held`` False: a pipeline stage without the head (``lm_head_weight`` is then None)."""
         self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
-        if not self.tie_word_embeddings:
+        self.has_lm_head = held
+        if held and not self.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, self.layout.vocab_shard, bias=False)
         # a quantized LM head for calls of at most lm_head_max_m rows (model/quant.py)
         self.lm_head_quant: Optional[nn.Module] = None
         self.lm_head_max_m: Optional[int] = None
         self.lm_head_packed: Optional[nn.Module] = None  # the dense head on packed weights (packed_linear.py)
 
-    def lm_head_weight(self) -> torch.Tensor:
+    def lm_head_weight(self) -> Optional[torch.Tensor]:
+        if not self.has_lm_head:
+            return None
         return self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
 
     @torch.inference_mode()

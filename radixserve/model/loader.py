@@ -127,6 +127,7 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
     with torch.device(device):
         model = model_class(config)(config, max_positions, select_ops(device, dtype), tp, layout)
         model.to(torch.float32 if quantization != "none" else dtype)
+    model.act_dtype = dtype  # (what a pipeline stage receives its hidden states in)
     weights = iter_weights(hf_dir)
     if show_progress:
         from tqdm import tqdm

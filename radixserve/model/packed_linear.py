@@ -67,8 +67,9 @@ def pack_linears(model: nn.Module) -> int:
     head = getattr(model, "lm_head_weight", None)
     quant_head_only = getattr(model, "lm_head_quant", None) is not None and getattr(model, "lm_head_max_m", 0) is None
     if head is not None and not quant_head_only:  # (a quantized head for every call needs no dense one)
-        w = head()
-        if w.device.type == "cpu" and available(w.dtype) and getattr(getattr(model, "tp", None), "size", 1) == 1:
+        w = head()  # (None on a pipeline stage without the head)
+        one_rank = getattr(getattr(model, "tp", None), "size", 1) == 1
+        if w is not None and w.device.type == "cpu" and available(w.dtype) and one_rank:
             model.lm_head_packed = PackedLinear(w, None)
             done += 1
     return done

@@ -19,7 +19,8 @@ PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
 
 
 class WeightLoaderMixin:
-    """``load_weights`` for a model with ``layout`` and ``tie_word_embeddings``."""
+    """``load_weights`` for a model with ``layout``, ``stage`` (``parallel.stage.PipeStage``: the
+    tensors of layers it does not hold are skipped, its layers' renumbered) and ``tie_word_embeddings``."""
 
     def checkpoint_tensors(self, name: str, tensor: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's tensors for one checkpoint tensor (``name`` without ``model.``); none to skip it."""
@@ -36,6 +37,9 @@ class WeightLoaderMixin:
             if "rotary_emb" in raw_name or (raw_name == "lm_head.weight" and self.tie_word_embeddings):
                 continue
             for name, tensor in self.checkpoint_tensors(raw_name, raw):
+                name = self.stage.param_name(name, self.tie_word_embeddings)
+                if name is None:  # another pipeline stage's
+                    continue
                 tensor = self.layout.shard(name, tensor)
                 part = next(((short, *FUSED[short]) for short in FUSED if f".{short}." in name), None)
                 if part is None:

@@ -9,6 +9,12 @@ collective and copies nothing.
 the same step plan).  A collective that fails -- a peer process died, or nothing came for
 ``dist_timeout`` seconds -- raises ``PeerLost``, a ``BaseException`` so that the worker's
 "one bad step must not take the worker down" handlers never swallow it: the rank exits.
+
+Under pipeline parallelism (``pp_size > 1``) the world is every rank of every stage: ``rank``
+and ``size`` are the rank's place in its stage's tensor-parallel ``group`` (a group of one
+makes ``all_reduce``/``gather_vocab`` identities), while plans, ``min_int`` and
+``from_leader`` span the world (``world_rank`` 0 leads); ``pipe`` is the stage's
+``parallel.p2p.StageLink`` (None without a pipeline).
 """
 from __future__ import annotations
 
@@ -29,6 +35,9 @@ class NoTP:
     rank = 0
     size = 1
     is_leader = True
+    world_rank = 0
+    world_size = 1
+    pipe = None
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         return x
@@ -47,15 +56,23 @@ class DistTP:
     """A rank of the default ``torch.distributed`` group; ``control`` is the gloo group that
     carries plans and small host-side values (the default group itself on the CPU)."""
 
-    def __init__(self, rank: int, size: int, control: Any = None) -> None:
+    def __init__(self, rank: int, size: int, control: Any = None, group: Any = None,
+                 world_rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
         self.rank, self.size = rank, size
         self.is_leader = rank == 0
         self.control = control
+        self.group = group  # this stage's tensor-parallel group (None: the default group)
+        self.world_rank = rank if world_rank is None else world_rank
+        self.world_size = size if world_size is None else world_size
+        self.leader = self.world_rank - rank  # the world rank of this group's rank 0
+        self.pipe: Any = None
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum ``x`` over the ranks, in place; returns it."""
+        if self.size == 1:
+            return x
         try:
-            dist.all_reduce(x)
+            dist.all_reduce(x, group=self.group)
         except RuntimeError as e:
             raise PeerLost(f"all_reduce failed: {e}") from e
         return x
@@ -63,9 +80,11 @@ class DistTP:
     def gather_vocab(self, logits: torch.Tensor, vocab_size: int) -> Optional[torch.Tensor]:
         """Rank 0: the full ``[M, vocab_size]`` logits from every rank's (padded) vocab shard
         ``[M, shard]``; the other ranks: None."""
+        if self.size == 1:
+            return logits
         parts = [torch.empty_like(logits) for _ in range(self.size)] if self.is_leader else None
         try:
-            dist.gather(logits.contiguous(), parts, dst=0)
+            dist.gather(logits.contiguous(), parts, dst=self.leader, group=self.group)
         except RuntimeError as e:
             raise PeerLost(f"gather failed: {e}") from e
         return torch.cat(parts, dim=-1)[:, :vocab_size] if parts is not None else None
@@ -77,8 +96,8 @@ class DistTP:
         return int(t.item())
 
     def from_leader(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank (picklable)."""
-        if self.is_leader:
+        """World rank 0's ``obj`` on every rank (picklable)."""
+        if self.world_rank == 0:
             self.send(obj)
             return obj
         got = None

@@ -1,7 +1,9 @@
 """Joining the tensor-parallel group: one ``torch.distributed`` rendezvous per rank.
 
-``join(parallel, rank, device)`` returns ``NoTP`` for ``tp_size`` 1 (no rendezvous) and a
-``DistTP`` otherwise.  Rank 0 listens at ``dist_init_addr`` (TCP, bound to that address
+``join(parallel, rank, device)`` returns ``NoTP`` for one rank (``tp_size * pp_size`` 1: no
+rendezvous) and a ``DistTP`` otherwise; with ``pp_size > 1`` its ``group`` is the rank's stage
+(a tensor-parallel group of its own when ``tp_size > 1``) and its ``pipe`` the stage's
+``p2p.StageLink``.  Rank 0 listens at ``dist_init_addr`` (TCP, bound to that address
 only: a loopback address is never reachable from outside); the rendezvous and every
 collective time out after ``dist_timeout`` seconds.  Backend: gloo for CPU tensors, NCCL on
 CUDA (each rank on ``cuda:<local rank>``, with a gloo group beside it for plans).  When the
@@ -32,7 +34,7 @@ def free_loopback_addr() -> str:
 
 def rank_device(device: torch.device, parallel: ParallelConfig, rank: int) -> torch.device:
     """The device of ``rank``: ``cuda:<local rank>`` on CUDA, else ``device`` itself."""
-    if device.type != "cuda" or parallel.tp_size == 1:
+    if device.type != "cuda" or parallel.world_size == 1:
         return device
     return torch.device("cuda", rank - parallel.local_ranks().start)
 
@@ -59,14 +61,15 @@ def _store(host: str, port: int, rank: int, world: int, timeout: datetime.timede
 
 
 def join(parallel: ParallelConfig, rank: int, device: torch.device) -> Union[NoTP, DistTP]:
-    """Rendezvous as ``rank`` of ``parallel.tp_size``; raises RuntimeError/ValueError on failure
-    (timeout, address in use) so that the rank's process exits non-zero."""
-    if parallel.tp_size == 1:
+    """Rendezvous as world ``rank`` of ``parallel.world_size``; raises RuntimeError/ValueError on
+    failure (timeout, address in use) so that the rank's process exits non-zero."""
+    world = parallel.world_size
+    if world == 1:
         return NoTP()
     import torch.distributed as dist
 
     if not parallel.dist_init_addr:
-        raise ValueError("dist_init_addr: needed to join a tensor-parallel group")
+        raise ValueError("dist_init_addr: needed to join a tensor- or pipeline-parallel group")
     host, _, port = parallel.dist_init_addr.rpartition(":")
     if host in LOOPBACK:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -74,7 +77,19 @@ def join(parallel: ParallelConfig, rank: int, device: torch.device) -> Union[NoT
     backend = "nccl" if device.type == "cuda" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(rank_device(device, parallel, rank))
-    store = _store(host.strip("[]"), int(port), rank, parallel.tp_size, timeout)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=parallel.tp_size, timeout=timeout)
+    store = _store(host.strip("[]"), int(port), rank, world, timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
-    return DistTP(rank, parallel.tp_size, control)
+    tp, pp = parallel.tp_size, parallel.pp_size
+    if pp == 1:
+        return DistTP(rank, tp, control)
+    from radixserve.parallel.p2p import StageLink
+
+    group = None
+    if tp > 1:  # every rank creates every stage's group, in the same order
+        for stage in range(pp):
+            g = dist.new_group(list(range(stage * tp, (stage + 1) * tp)), timeout=timeout, backend=backend)
+            group = g if stage == rank // tp else group
+    grp = DistTP(rank % tp, tp, control, group, world_rank=rank, world_size=world)
+    grp.pipe = StageLink(rank, tp, pp, control)
+    return grp

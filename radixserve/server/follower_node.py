@@ -1,5 +1,5 @@
-"""``radixserve serve --nnodes N --node-rank K`` with K > 0: this node's tensor-parallel ranks
-only (no scheduler, no HTTP server).
+"""``radixserve serve --nnodes N --node-rank K`` with K > 0: this node's tensor- and
+pipeline-parallel ranks only (no scheduler, no HTTP server).
 
 Contract: starts the ranks ``ParallelConfig.local_ranks()`` (``radixserve.proc.Supervisor``)
 and waits.  Returns 1 as soon as one of them exits (rank 0's node went away, a collective

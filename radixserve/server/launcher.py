@@ -1,5 +1,5 @@
 """Launch the runtime: model worker, scheduler and detokenizer processes plus the HTTP
-server in this process (with ``tp_size > 1`` also this node's other tensor-parallel ranks,
+server in this process (with ``tp_size`` or ``pp_size > 1`` also this node's other ranks,
 watched like the other children; a node with ``node_rank > 0`` runs only its ranks:
 ``server/follower_node.py``).  The children run under one ``radixserve.proc.Supervisor``.
 

@@ -26,22 +26,30 @@ def check_config(cfg: EngineConfig) -> None:
     """Raise ValueError naming an option this runtime does not implement."""
     if cfg.cache.page_size != 1:
         raise ValueError("page_size: only page size 1 is implemented")
-    if cfg.parallel.tp_size > 1:
+    par = cfg.parallel
+    if par.world_size > 1:
+        multi = "tp_size > 1" if par.pp_size == 1 else "pp_size > 1"
+        holds = "its KV heads" if par.pp_size == 1 else "its stage's layers"
         if cfg.model.quantization not in ("none", "auto"):
-            raise ValueError(f"quantization: {cfg.model.quantization} is not implemented with tp_size > 1 "
+            raise ValueError(f"quantization: {cfg.model.quantization} is not implemented with {multi} "
                              "(use none)")
         if cfg.scheduler.speculative_algorithm == "draft":
-            raise ValueError("speculative_algorithm: draft is not implemented with tp_size > 1 (use ngram or none)")
+            raise ValueError(f"speculative_algorithm: draft is not implemented with {multi} (use ngram or none)")
         if cfg.cache.cache_persist_dir:
-            raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size > 1 "
-                             "(each rank holds only its KV heads)")
+            raise ValueError(f"cache_persist_dir: warm restart is not implemented with {multi} "
+                             f"(each rank holds only {holds})")
         if cfg.cache.enable_hierarchical_cache:
-            raise ValueError("enable_hierarchical_cache: the hierarchical cache is not implemented with tp_size > 1 "
-                             "(each rank holds only its KV heads)")
-        _check_model_splits(cfg)
+            raise ValueError(f"enable_hierarchical_cache: the hierarchical cache is not implemented with {multi} "
+                             f"(each rank holds only {holds})")
+        if par.tp_size > 1:
+            _check_model_splits(cfg)
+        if par.pp_size > 1:
+            from radixserve.worker.pp.checks import check_pipeline
+
+            check_pipeline(cfg)
     if cfg.lora.enable_lora:
-        if cfg.parallel.tp_size > 1:
-            raise ValueError("enable_lora: LoRA adapters are not implemented with tp_size > 1")
+        if par.world_size > 1:
+            raise ValueError("enable_lora: LoRA adapters are not implemented with tp_size > 1 or pp_size > 1")
         if cfg.scheduler.speculative_algorithm == "draft":
             raise ValueError("speculative_algorithm: draft is not implemented with LoRA adapters (the draft model "
                              "has none; use ngram or none)")
@@ -59,15 +67,17 @@ def _check_model_splits(cfg: EngineConfig) -> None:
 
 
 def tp_model_config(cfg: EngineConfig) -> EngineConfig:
-    """With ``tp_size > 1``, ``quantization`` "auto" means "none" (TP shards dense weights only)."""
-    if cfg.parallel.tp_size > 1 and cfg.model.quantization == "auto":
+    """With several ranks (``tp_size * pp_size > 1``), ``quantization`` "auto" means "none"
+    (TP shards and PP stages hold dense weights only)."""
+    if cfg.parallel.world_size > 1 and cfg.model.quantization == "auto":
         return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, quantization="none"))
     return cfg
 
 
 def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) -> tuple[ModelRunner, WorkerInfo]:
     """Load the model; returns (ModelRunner, the WorkerInfo it reports to the scheduler).
-    ``tp``: this rank's tensor-parallel group (``parallel.init.join``), None for one rank."""
+    ``tp``: this rank's tensor-parallel group (``parallel.init.join``), None for one rank; with a
+    pipeline (its ``pipe`` set) the runner is the stage's ``worker/pp/runner.PipelineRunner``."""
     check_config(cfg)
     cfg = tp_model_config(cfg)
     tune_malloc()
@@ -79,6 +89,10 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
 
         runner.lora = LoRAManager(runner.model, cfg.lora, runner.dtype, runner.device)
     pool = runner.kv_pool
+    if getattr(tp, "pipe", None) is not None:
+        from radixserve.worker.pp.runner import PipelineRunner
+
+        runner = PipelineRunner(runner, tp.pipe, cfg.parallel.pp_micro_batches)
     info = WorkerInfo(num_slots=runner.kv_pool.num_slots, max_rows=runner.req_to_token.size,
                       context_len=runner.context_len, vocab_size=runner.vocab_size,
                       dtype=str(runner.dtype).removeprefix("torch."), device=str(runner.device), hf_dir=hf_dir,
@@ -118,9 +132,9 @@ def build_tier_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -
 
 def build_prefix_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -> Optional[PrefixStore]:
     """The warm-restart store over the runner's KV pool, when ``cache_persist_dir`` is set."""
-    if cfg.cache.persists and cfg.parallel.tp_size > 1:
-        raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size > 1 "
-                         "(each rank holds only its KV heads)")
+    if cfg.cache.persists and cfg.parallel.world_size > 1:
+        raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size or pp_size > 1 "
+                         "(each rank holds only part of the KV)")
     if not cfg.cache.persists:
         if cfg.cache.cache_persist_dir:
             logger.warning("cache_persist_dir ignored: disable_radix_cache leaves nothing to persist")

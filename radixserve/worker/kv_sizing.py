@@ -63,19 +63,22 @@ def pool_quant(cache_cfg: CacheConfig) -> Optional[str]:
 
 def kv_layout(config: Any, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig, dtype: torch.dtype,
               device: torch.device, kv_shape: tuple[int, int, bool], context_len: int,
-              sliding: tuple[int, ...] = (), window: int = 0, free_bytes: Optional[int] = None) -> KVLayout:
+              sliding: tuple[int, ...] = (), window: int = 0, free_bytes: Optional[int] = None,
+              held: Optional[range] = None) -> KVLayout:
     """The pool sizes (slot 0 included in each); ``kv_shape``: the model's ``kv_cache_shape()``
     on this rank (heads, head_dim, shared K/V); ``sliding``/``window``: ``sliding_plan``'s; ``dtype``:
-    ``pool_dtype``'s (a quantized pool's bytes come from ``cache_cfg.kv_cache_dtype``)."""
+    ``pool_dtype``'s (a quantized pool's bytes come from ``cache_cfg.kv_cache_dtype``); ``held``: the
+    layers a pipeline stage holds (default all), the only ones its memory budget pays for."""
     heads, head_dim, shared = kv_shape
-    layers = config.num_hidden_layers
+    layers = config.num_hidden_layers if held is None else len(held)
+    n_sliding = len(sliding) if held is None else len(set(sliding) & set(held))
     ratio = cache_cfg.swa_full_tokens_ratio if sliding else 0.0
     if cache_cfg.max_total_tokens:
         num_slots = int(cache_cfg.max_total_tokens) + 1
     else:
         quant = pool_quant(cache_cfg)
-        full = KVPool.bytes_per_slot(layers - len(sliding), heads, head_dim, dtype, shared, quant)
-        swa = KVPool.bytes_per_slot(len(sliding), heads, head_dim, dtype, shared, quant)
+        full = KVPool.bytes_per_slot(layers - n_sliding, heads, head_dim, dtype, shared, quant)
+        swa = KVPool.bytes_per_slot(n_sliding, heads, head_dim, dtype, shared, quant)
         budget = int((free_memory_bytes(device) if free_bytes is None else free_bytes) * cache_cfg.mem_fraction_static)
         num_slots = max(2, int(budget // max(1.0, full + swa * ratio)))
     if not sliding:

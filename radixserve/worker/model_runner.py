@@ -6,7 +6,9 @@ object serves in-process (the Engine) and inside a worker process.
 Under tensor parallelism (``tp``, a ``parallel.group.DistTP``) every rank runs a ModelRunner
 over its shard and steps the same plans; rank 0 gets the gathered logits and samples, the
 other ranks only run the forward (their ``StepResult`` has no tokens and is dropped).  The
-ranks agree on rank 0's numerics and on the smallest KV pool any of them can hold.
+ranks agree on rank 0's numerics and on the smallest KV pool any of them can hold.  Under
+pipeline parallelism each stage's runner steps the same (micro-batch) plans over its layers
+(``worker/pp/runner.py``); only the last stage has logits and samples.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ class ModelRunner:
                  hf_dir: str, show_progress: bool = False, tp: Any = None) -> None:
         self.tp = tp or NoTP()
         self.device = resolve_device(model_cfg.device)
-        if self.device.type == "cuda" and self.tp.size > 1:
+        if self.device.type == "cuda" and self.tp.world_size > 1:
             self.device = torch.device("cuda", torch.cuda.current_device())  # set per rank by parallel.init
         self.config = loader.load_config(hf_dir)
         self.numerics = self.tp.from_leader(resolve_numerics(model_cfg, self.device, self.config, hf_dir))
@@ -76,17 +78,18 @@ class ModelRunner:
         # a lossy pool form must keep this model's predictions (ranks measure alike, uncached, in step)
         kv_accuracy.check_pool_form(self.model, hf_dir, cache_cfg, self.dtype, kv_dtype,
                                     None if self.tp.size == 1 else "")
+        held = self.model.stage.layers  # (a pipeline stage's pool holds its layers only)
         layout_kv = kv_layout(self.config, cache_cfg, sched_cfg, kv_dtype, self.device, kv_shape,
-                              self.context_len, sliding, window)  # after the weights
+                              self.context_len, sliding, window, held=held)  # after the weights
         num_slots = self.tp.min_int(layout_kv.num_slots)
         if num_slots != layout_kv.num_slots:  # ranks agree on the smallest (the sliding pool follows)
             layout_kv = kv_layout(self.config, replace(cache_cfg, max_total_tokens=num_slots - 1), sched_cfg,
-                                  kv_dtype, self.device, kv_shape, self.context_len, sliding, window)
+                                  kv_dtype, self.device, kv_shape, self.context_len, sliding, window, held=held)
         self.kv_layout = layout_kv
         kv_heads, head_dim, shared = kv_shape
         self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, kv_heads, head_dim, kv_dtype,
                               self.device, shared, layout_kv.sliding_layers, layout_kv.num_swa_slots,
-                              pool_quant(cache_cfg))
+                              pool_quant(cache_cfg), held)
         self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
         # the sliding layers' request->slot table, filled beside req_to_token (a hybrid pool only)
         self.swa_table = torch.zeros_like(self.req_to_token.table) if self.kv_pool.hybrid else None

@@ -27,6 +27,8 @@ def forward_pooled(model: Any, batch: Any, backend: Any, logit_rows: list[int], 
         rows.extend(picked)
     dev = batch.input_ids.device
     hidden = model.final_hidden(batch, backend, torch.tensor(rows, dtype=torch.int64, device=dev))
+    if hidden is None:  # a pipeline stage other than the last
+        return None
     for i, a, b in spans:
         outputs[i].hidden = hidden[a:b].float().sum(0).cpu().numpy()
     if not logit_rows:

@@ -7,11 +7,12 @@ keeps serving; the scheduler fails the requests of that step).  With ``cache_per
 ``KVSaveReq``/``KVRestoreReq`` (``ipc/persist_link.py``) are answered the same way, between steps,
 and with the hierarchical cache ``KVTierReq`` (``ipc/tier_link.py``).
 
-With ``tp_size > 1`` this process is rank 0 of the tensor-parallel group: it broadcasts each
+With ``tp_size > 1`` (or ``pp_size > 1``) this process is rank 0 of the tensor-parallel group
+(of stage 0 of the pipeline, its runner a ``worker/pp/runner.PipelineRunner``): it broadcasts each
 plan to the other ranks (``worker/tp/follower.py``) before stepping it, and a keep-alive
 after every ``KEEPALIVE_S`` idle seconds, so that a dead rank is noticed while idle too; a
 failed collective (``PeerLost``) ends this process with exit code 1, which takes the
-server down as any dead worker does.  (Warm restart is refused with tp_size > 1.)
+server down as any dead worker does.  (Warm restart is refused with several ranks.)
 
 Like every child (``radixserve.proc.setup_child``) it ignores SIGINT/SIGTERM: the launcher
 stops it after the scheduler's final save, and it exits when the launcher dies.
@@ -63,7 +64,7 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
         send_obj(results, info)
         ready_conn.send(info)
         ready_conn.close()
-        if tp.size == 1:
+        if tp.world_size == 1:
             serve(runner, build_prefix_store(cfg, runner, info), plans, results, build_tier_store(cfg, runner, info))
         else:
             serve_tp(runner, tp, plans, results)

@@ -30,11 +30,11 @@ from tests.helpers.server_harness import ServerHandle, _die_with_parent, free_po
 GEN = {"max_new_tokens": 16, "temperature": 0}
 
 
-def _tiny_gqa(path: str, smol_dir: str, heads: int, kv_heads: int) -> str:
+def _tiny_gqa(path: str, smol_dir: str, heads: int, kv_heads: int, layers: int = 2) -> str:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(smol_dir)
-    cfg = LlamaConfig(vocab_size=len(tok) + 1, hidden_size=16 * heads, intermediate_size=131, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=len(tok) + 1, hidden_size=16 * heads, intermediate_size=131, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=1024,
                       rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.2,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)

@@ -1,5 +1,8 @@
 """A tensor-parallel rank other than 0: joins the group, loads its shard, runs every plan.
 
+(Under pipeline parallelism every rank but world rank 0 runs here too: its runner, a
+``worker/pp/runner.PipelineRunner``, does its stage's part of each plan.)
+
 It has no link to the scheduler: rank 0 (``worker/process.py``) broadcasts each step plan
 and returns the results.  The rank exits with code 1 when a collective fails (rank 0 or
 another rank is gone, or ``dist_timeout`` passed without a plan or keep-alive), on its

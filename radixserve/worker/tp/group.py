@@ -30,9 +30,9 @@ def _worker_entry(*args: Any) -> None:
 
 
 def with_rendezvous(cfg: EngineConfig) -> EngineConfig:
-    """``cfg`` with a free ``127.0.0.1:PORT`` rendezvous when it runs TP on one node without one."""
+    """``cfg`` with a free ``127.0.0.1:PORT`` rendezvous when it runs TP or PP on one node without one."""
     par = cfg.parallel
-    if par.tp_size == 1 or par.dist_init_addr:
+    if par.world_size == 1 or par.dist_init_addr:
         return cfg
     from radixserve.parallel.init import free_loopback_addr
 

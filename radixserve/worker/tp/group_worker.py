@@ -1,11 +1,12 @@
 """The in-process Engine's tensor-parallel worker: every rank in a child process.
 
-With ``tp_size > 1`` the Engine does not load the model itself: ``start_group`` spawns rank
-0's worker process (the server's ``worker/process.py``, which broadcasts plans) and this
-node's other ranks, and returns a ``GroupWorker`` -- a ``RemoteWorker`` (same ``step`` as
-``ModelRunner``) over a private ipc directory -- with the ``WorkerInfo`` rank 0 reports.  So
-the caller's process never joins a ``torch.distributed`` group (several Engines may live in
-one process), and the Engine's scheduler is the unchanged one.  A rank that dies makes the
+With ``tp_size > 1`` (or ``pp_size > 1``: every stage's ranks) the Engine does not load the
+model itself: ``start_group`` spawns rank 0's worker process (the server's
+``worker/process.py``, which broadcasts plans) and this node's other ranks, and returns a
+``GroupWorker`` -- a ``RemoteWorker`` (same ``step`` as ``ModelRunner``) over a private ipc
+directory -- with the ``WorkerInfo`` rank 0 reports.  So the caller's process never joins a
+``torch.distributed`` group (several Engines may live in one process), and the Engine's
+scheduler is the unchanged one.  A rank that dies makes the
 next ``step`` raise ``WorkerDied`` (the Engine fails its pending requests); ``close`` stops
 every rank (``radixserve.proc.Supervisor``; they also stop at interpreter exit).  The ranks
 ignore SIGINT/SIGTERM (a Ctrl-C is the caller's to handle) and exit when the Engine's process dies.
