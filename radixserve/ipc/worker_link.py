@@ -107,4 +107,4 @@ class WorkerInfo:
     swa_slots: int = 0  # slots of the sliding-window pool (0: none; mem_cache/swa_slots.py)
     swa_window: int = 0  # the longest sliding window it serves
     host_tier_slots: int = 0  # token slots of the hierarchical cache's host tier (0: off)
-    lora: Any = None  # worker.lora.manager.LoRAWorkerInfo when LoRA adapters are served
+    lora: Any = None  # ipc.lora_link.LoRAWorkerInfo when LoRA adapters are served

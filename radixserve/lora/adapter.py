@@ -20,11 +20,12 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional
 
 from radixserve.lora_config import TARGET_MODULES
+
+if TYPE_CHECKING:
+    import torch
 
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 _KEY = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$")
@@ -105,7 +106,9 @@ def fingerprint(path: str, field: str = "lora_path") -> str:
     return h.hexdigest()[:16]
 
 
-def _tensors(path: str, field: str) -> dict[str, torch.Tensor]:
+def _tensors(path: str, field: str) -> dict[str, "torch.Tensor"]:
+    import torch  # here: the server process reads adapters' configs without torch
+
     file = _weights_file(path, field)
     try:
         if file.endswith(".safetensors"):
@@ -117,16 +120,24 @@ def _tensors(path: str, field: str) -> dict[str, torch.Tensor]:
         raise ValueError(f"{field}: {path!r}: cannot read {os.path.basename(file)} ({type(e).__name__}: {e})") from None
 
 
-def load_weights(name: str, path: str, field: str = "lora_path", max_rank: Optional[int] = None,
-                 targets: Optional[frozenset[str]] = None,
-                 ) -> tuple[AdapterInfo, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]]:
-    """The adapter's info and ``{(layer, module): (A [r, in], scale * B [out, r])}`` in fp32 (the
-    scale folded into B).  Refuses (ValueError naming ``field``) what ``read_adapter`` refuses."""
-    cfg = _config(path, field)
-    _check(cfg, path, field)
-    found: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
-    keys: dict[tuple[int, str], str] = {}
-    for key, t in _tensors(path, field).items():
+def _shapes(path: str, field: str) -> dict[str, tuple[int, ...]]:
+    """The tensors' shapes from a safetensors header (8-byte length, then JSON): no tensor read."""
+    file = _weights_file(path, field)
+    try:
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{field}: {path!r}: cannot read {os.path.basename(file)} ({type(e).__name__}: {e})") from None
+
+
+def _pairs(shapes: dict[str, tuple[int, ...]], path: str, field: str, max_rank: Optional[int],
+           targets: Optional[frozenset[str]]) -> tuple[dict[tuple[int, str], tuple[str, str]], int, frozenset[str]]:
+    """``{(layer, module): (key of A, key of B)}``, the largest rank and the modules, every check
+    done on the shapes alone (ValueError naming ``field``)."""
+    found: dict[tuple[int, str], dict[str, str]] = {}
+    for key in shapes:
         m = _KEY.search(key)
         if m is None:
             if "lora_" in key or "modules_to_save" in key:
@@ -136,32 +147,51 @@ def load_weights(name: str, path: str, field: str = "lora_path", max_rank: Optio
         layer, module, which = int(m.group(1)), m.group(2), m.group(3)
         if module not in TARGET_MODULES:
             raise ValueError(f"{field}: {path!r}: module {module!r} is not served (only {', '.join(TARGET_MODULES)})")
-        found.setdefault((layer, module), {})[which] = t.float()
-        keys[(layer, module)] = key[: m.start(3) - len("lora_")].rstrip(".")
+        found.setdefault((layer, module), {})[which] = key
     if not found:
         raise ValueError(f"{field}: {path!r}: no LoRA weights found")
-    out: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
     rank = 0
-    for lm, ab in found.items():
+    for (layer, module), ab in found.items():
         if set(ab) != {"A", "B"}:
-            raise ValueError(f"{field}: {path!r}: layer {lm[0]} {lm[1]} has lora_A or lora_B missing")
-        a, b = ab["A"], ab["B"]
-        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
-            raise ValueError(f"{field}: {path!r}: layer {lm[0]} {lm[1]}: lora_A {tuple(a.shape)} and lora_B "
-                             f"{tuple(b.shape)} do not make a rank-r product")
-        r = a.shape[0]
-        rank = max(rank, r)
-        out[lm] = (a.contiguous(), (b * _scale(cfg, keys[lm], r)).contiguous())
-    modules = frozenset(m for _, m in out)
+            raise ValueError(f"{field}: {path!r}: layer {layer} {module} has lora_A or lora_B missing")
+        a, b = shapes[ab["A"]], shapes[ab["B"]]
+        if len(a) != 2 or len(b) != 2 or a[0] != b[1]:
+            raise ValueError(f"{field}: {path!r}: layer {layer} {module}: lora_A {a} and lora_B {b} do not make a "
+                             "rank-r product")
+        rank = max(rank, a[0])
+    modules = frozenset(m for _, m in found)
     if max_rank is not None and rank > max_rank:
         raise ValueError(f"{field}: {path!r} has rank {rank}, above max_lora_rank {max_rank}")
     if targets is not None and not modules <= targets:
         raise ValueError(f"{field}: {path!r} targets {', '.join(sorted(modules - targets))}, outside "
                          f"lora_target_modules ({', '.join(sorted(targets))})")
+    return {lm: (ab["A"], ab["B"]) for lm, ab in found.items()}, rank, modules
+
+
+def load_weights(name: str, path: str, field: str = "lora_path", max_rank: Optional[int] = None,
+                 targets: Optional[frozenset[str]] = None,
+                 ) -> tuple[AdapterInfo, dict[tuple[int, str], tuple["torch.Tensor", "torch.Tensor"]]]:
+    """The adapter's info and ``{(layer, module): (A [r, in], scale * B [out, r])}`` in fp32 (the
+    scale folded into B).  Refuses (ValueError naming ``field``) what ``read_adapter`` refuses."""
+    cfg = _config(path, field)
+    _check(cfg, path, field)
+    tensors = _tensors(path, field)
+    pairs, rank, modules = _pairs({k: tuple(t.shape) for k, t in tensors.items()}, path, field, max_rank, targets)
+    out: dict[tuple[int, str], tuple[Any, Any]] = {}
+    for lm, (ka, kb) in pairs.items():
+        a, b = tensors[ka].float(), tensors[kb].float()
+        prefix = ka[: _KEY.search(ka).start(3) - len("lora_")].rstrip(".")
+        out[lm] = (a.contiguous(), (b * _scale(cfg, prefix, a.shape[0])).contiguous())
     return AdapterInfo(name, path, rank, modules, fingerprint(path, field)), out
 
 
 def read_adapter(name: str, path: str, field: str = "lora_path", max_rank: Optional[int] = None,
                  targets: Optional[frozenset[str]] = None) -> AdapterInfo:
-    """The adapter's info, every check of ``load_weights`` done (its tensors read once, then dropped)."""
+    """The adapter's info, every check of ``load_weights`` that needs no tensor done: from the
+    safetensors header alone (no torch; a ``.bin`` file is read whole)."""
+    cfg = _config(path, field)
+    _check(cfg, path, field)
+    if _weights_file(path, field).endswith(".safetensors"):
+        _, rank, modules = _pairs(_shapes(path, field), path, field, max_rank, targets)
+        return AdapterInfo(name, path, rank, modules, fingerprint(path, field))
     return load_weights(name, path, field, max_rank, targets)[0]

@@ -28,7 +28,8 @@ from radixserve.server.http_utils import error_response
 logger = logging.getLogger("radixserve.router")
 
 INFO_ROUTES = ("/v1/models", "/get_model_info", "/get_server_info", "/server_info", "/health_generate")
-FANOUT_ROUTES = ("/flush_cache", "/abort_request")
+FANOUT_ROUTES = ("/flush_cache", "/abort_request", "/load_lora_adapter", "/unload_lora_adapter")
+ADMIN_FANOUT = ("/flush_cache", "/load_lora_adapter", "/unload_lora_adapter")  # need the router's API key
 
 
 class Router:
@@ -149,8 +150,8 @@ def create_router_app(router: Router) -> FastAPI:
         path = "/" + path
         body = await request.body()
         if path in FANOUT_ROUTES:
-            if path == "/flush_cache" and not _is_admin(router, request):
-                return error_response(401, "authorization: /flush_cache needs the router's API key")
+            if path in ADMIN_FANOUT and not _is_admin(router, request):
+                return error_response(401, f"authorization: {path} needs the router's API key")
             return await fan_out(request.method, path, body, dict(request.headers))
         if request.method == "GET" or path in INFO_ROUTES:
             text, stream = "", False
@@ -171,7 +172,11 @@ def create_router_app(router: Router) -> FastAPI:
         if path == "/flush_cache":
             for url in list(out):
                 router.policy.forget(url)
-        return JSONResponse({"replicas": out})
+        # a replica's own 4xx/5xx is the answer's status (a LoRA adapter must load everywhere or
+        # the client hears of it); one that could not be reached is a 502
+        codes = [c if isinstance(c, int) else 502 for c in out.values()]
+        worst = max((c for c in codes if c >= 400), default=200)
+        return JSONResponse({"replicas": out}, status_code=worst)
 
     return app
 

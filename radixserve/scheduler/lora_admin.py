@@ -25,7 +25,7 @@ class LoRAAdmin:
     def load(self, name: str, path: str) -> Any:
         """The worker reads the adapter into its host pool; its ``AdapterInfo``, or ValueError
         naming the field."""
-        from radixserve.worker.lora.manager import LoRAReq
+        from radixserve.ipc.lora_link import LoRAReq
 
         if not self.max_loras:
             raise ValueError("lora_path: LoRA adapters are not enabled on this server (start it with --enable-lora)")
@@ -49,7 +49,7 @@ class LoRAAdmin:
             self._drop(uid)
 
     def _drop(self, uid: str) -> None:
-        from radixserve.worker.lora.manager import LoRAReq
+        from radixserve.ipc.lora_link import LoRAReq
 
         self.pending.discard(uid)
         self.worker.lora_request(LoRAReq("unload", uid=uid))

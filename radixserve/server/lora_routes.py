@@ -13,8 +13,8 @@ Answers follow SGLang's ``LoRAUpdateResult``: ``{"success": true, "error_message
 ..., "loaded_adapters": {name: path}}``, plus ``adapter`` (the loaded adapter's summary) or
 ``requests_in_flight`` (unload).  Refusals are the usual error object (400 naming the field, where
 SGLang answers 400 with ``success: false``).  With ``--api-keys-file`` both routes are admin routes
-(``tenancy/keys.ADMIN_PATHS``), with ``--api-key`` they need that key.  The LoRA modules import
-torch, so they are imported only on a server with LoRA enabled.
+(``tenancy/keys.ADMIN_PATHS``), with ``--api-key`` they need that key.  The LoRA modules are
+imported only on a server with LoRA enabled.
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class TokenizerManager:
         self.info = info
         self.lora: Any = None  # the served adapters by name (lora.registry.LoRARegistry); server/lora_routes.py
         if lora is not None and lora.enable_lora:
-            from radixserve.lora.registry import registry_for  # imports torch: only on a server with LoRA
+            from radixserve.lora.registry import registry_for  # only on a server with LoRA
 
             self.lora = registry_for(lora, info.lora)
         self.builder = RequestBuilder(Limits.of(info), grammar_backend, self.lora)

@@ -118,7 +118,7 @@ class ModelRunner:
 
     def lora_request(self, req: Any) -> Any:
         """Load or unload a LoRA adapter between steps (``worker/lora/manager.py``)."""
-        from radixserve.worker.lora.manager import LoRAReply
+        from radixserve.ipc.lora_link import LoRAReply
 
         if self.lora is None:
             return LoRAReply(error="lora_path: LoRA adapters are not enabled on this server")

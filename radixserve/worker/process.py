@@ -78,7 +78,7 @@ def _step(runner: Any, plan: Any, store: Any = None, tiers: Any = None) -> Any:
     from radixserve.ipc.persist_link import KVRestoreReq, KVSaveReq
     from radixserve.ipc.tier_link import KVTierReq
 
-    from radixserve.worker.lora.manager import LoRAReq
+    from radixserve.ipc.lora_link import LoRAReq
 
     try:
         if isinstance(plan, LoRAReq):

@@ -70,7 +70,7 @@ class RemoteWorker:
 
     def lora_request(self, req: Any) -> Any:
         """LoRA: the worker loads or unloads an adapter (``worker/lora/manager.py``)."""
-        from radixserve.worker.lora.manager import LoRAReply
+        from radixserve.ipc.lora_link import LoRAReply
 
         send_obj(self.to_worker, req)
         reply = recv_obj(self.from_worker)

@@ -24,9 +24,30 @@ GREEDY = {"temperature": 0, "max_new_tokens": 8}
 
 @pytest.fixture(scope="module")
 def dp(tiny_dir):
-    srv = ServerHandle(tiny_dir, "--dp-size", "2", "--max-total-tokens", "8192").wait_ready(timeout=400)
+    # LoRA on with no adapter at start: adapters are loaded through the router (its fan-out)
+    srv = ServerHandle(tiny_dir, "--dp-size", "2", "--max-total-tokens", "8192", "--enable-lora",
+                       "--max-lora-rank", "8").wait_ready(timeout=400)
     yield srv
     srv.stop()
+
+
+def test_lora_adapters_load_on_every_replica(dp, tiny_dir, tmp_path):
+    from tests.helpers.lora_adapters import make_adapter
+
+    path = make_adapter(tiny_dir, str(tmp_path / "a"), 4, seed=1, std=0.5)
+    r = httpx.post(dp.url + "/load_lora_adapter", json={"lora_name": "a", "lora_path": path}, timeout=60)
+    assert r.status_code == 200 and len(r.json()["replicas"]) == 2, r.text
+    body = {"text": "The capital of France is", "sampling_params": GREEDY, "lora_path": "a"}
+    outs = {w["url"]: httpx.post(w["url"] + "/generate", json=body, timeout=60).json()["output_ids"]
+            for w in workers(dp.url)}
+    base = httpx.post(dp.url + "/generate", json={**body, "lora_path": None}, timeout=60).json()["output_ids"]
+    assert len(set(map(tuple, outs.values()))) == 1 and list(outs.values())[0] != base
+    again = httpx.post(dp.url + "/load_lora_adapter", json={"lora_name": "a", "lora_path": path}, timeout=60)
+    assert again.status_code == 400  # the name is taken on each replica: their 400 is the answer
+    r = httpx.post(dp.url + "/unload_lora_adapter", json={"lora_name": "a"}, timeout=60)
+    assert r.status_code == 200
+    gone = httpx.post(dp.url + "/generate", json=body, timeout=60)
+    assert gone.status_code == 400 and "lora_path" in gone.json()["error"]["message"]
 
 
 def workers(url: str) -> list[dict]:

@@ -10,44 +10,18 @@ never unloads an adapter a running request uses.  Worker thread only.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
-from radixserve.lora.adapter import AdapterInfo, read_adapter
+from radixserve.ipc.lora_link import LoRAReply, LoRAReq, LoRAWorkerInfo
+from radixserve.lora.adapter import read_adapter
 from radixserve.lora_config import TARGET_MODULES, LoRAConfig
 from radixserve.worker.lora.slots import LoRASlots
 from radixserve.worker.lora.step import LoRAHolder, LoRAStep
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class LoRAReq:
-    """Scheduler -> worker, between steps: ``op`` "load" (``name``, ``path``) or "unload" (``uid``)."""
-
-    op: str
-    name: str = ""
-    path: str = ""
-    uid: str = ""
-
-
-@dataclass
-class LoRAReply:
-    info: Optional[AdapterInfo] = None
-    error: Optional[str] = None  # "<field>: ..." (a 400 for the client)
-
-
-@dataclass
-class LoRAWorkerInfo:
-    """What the slots hold, and the adapters loaded at start (``WorkerInfo.lora``)."""
-
-    rank: int
-    targets: frozenset[str]
-    max_loras_per_batch: int
-    adapters: list[AdapterInfo] = field(default_factory=list)
 
 
 def install(model: Any, holder: LoRAHolder) -> None:
