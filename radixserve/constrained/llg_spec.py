@@ -25,8 +25,9 @@ a small model otherwise writes digits until ``max_new_tokens``).  Objects are cl
 extra properties (no ``additionalProperties``, ``patternProperties``,
 ``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
 ``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
-the model writes the listed properties only (as xgrammar's strict mode does).  Repeated string leaves are
-compiled once (``shared_leaves.py``).
+the model writes the listed properties only (as xgrammar's strict mode does).  Below
+``patternProperties`` (a map open by design) none of these three apply.  Repeated string leaves
+are compiled once (``shared_leaves.py``).
 
 ``ebnf`` takes Lark (llguidance's syntax, a ``start:`` rule) or GBNF (llama.cpp / SGLang's
 xgrammar ``root ::= ...``), converted with llguidance's ``gbnf_to_lark``.
@@ -118,9 +119,13 @@ _DEPENDENCIES = frozenset(("dependencies", "dependentRequired", "dependentSchema
 
 
 def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = frozenset(), path: str = "#",
-                  root: Any = None, narrow: bool = True) -> Any:
+                  root: Any = None, narrow: bool = True, shape: bool = True) -> Any:
+    """``node`` rewritten as the module docstring says.  ``narrow``: the served narrowings of the
+    rewrites (else exact ones only); ``shape``: with ``narrow``, also anchor patterns, cap decimals
+    and close objects (not below ``patternProperties``, a map open by design, whose values keep
+    the form they had before the rewrites existed)."""
     if isinstance(node, list):
-        return [close_objects(x, in_all_of, open_refs, path, root, narrow) for x in node]
+        return [close_objects(x, in_all_of, open_refs, path, root, narrow, shape) for x in node]
     if not isinstance(node, dict):
         return node
     if "not" in node and path != "#" and node["not"] in ({}, True) and set(node) - rewrites.ANNOTATIONS == {"not"}:
@@ -130,26 +135,28 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     for k, v in node.items():  # the subschemas, by the keywords the node has
         if k in _MAPS:
             if isinstance(v, dict):
-                out[k] = {name: close_objects(x, (p := f"{path}/{k}/{name}") in open_refs, open_refs, p, root, narrow)
-                          for name, x in v.items()}
+                deep = shape and k != "patternProperties"
+                out[k] = {name: close_objects(x, (p := f"{path}/{k}/{name}") in open_refs, open_refs, p, root, narrow,
+                                              deep) for name, x in v.items()}
         elif k in _ONES:
             if isinstance(v, (dict, list)):  # if/then/else merge with the node, as allOf members do
-                out[k] = close_objects(v, k in _MERGING, open_refs, f"{path}/{k}", root, narrow)
+                out[k] = close_objects(v, k in _MERGING, open_refs, f"{path}/{k}", root, narrow, shape)
         elif k == "anyOf" or k == "oneOf" or k == "prefixItems":
             if isinstance(v, list):
                 # an anyOf/oneOf branch merges with its node's other keywords (an allOf's siblings
                 # too): closing it would ban the properties the node requires
                 if merged is None:
                     merged = in_all_of or bool(node.get("required")) or "allOf" in node
-                out[k] = [close_objects(x, merged and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow)
-                          for i, x in enumerate(v)]
+                out[k] = [close_objects(x, merged and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow,
+                                        shape) for i, x in enumerate(v)]
         elif k == "allOf":
             if isinstance(v, list):
-                out[k] = [close_objects(x, True, open_refs, f"{path}/allOf/{i}", root, narrow) for i, x in enumerate(v)]
+                out[k] = [close_objects(x, True, open_refs, f"{path}/allOf/{i}", root, narrow, shape)
+                          for i, x in enumerate(v)]
     pat = node.get("pattern")
-    if narrow and isinstance(pat, str) and "^" not in pat and "$" not in pat:
+    if narrow and shape and isinstance(pat, str) and "^" not in pat and "$" not in pat:
         out["pattern"] = f"^(?:{pat})$"
-    if narrow and node.get("type") == "number" and not any(k in node for k in ("multipleOf", "enum", "const")):
+    if narrow and shape and node.get("type") == "number" and not any(k in node for k in ("multipleOf", "enum", "const")):
         out["multipleOf"] = FRACTION_STEP  # at most 10 decimals, no exponent (outlines-core's cap)
     if "format" in node:
         if node["format"] == "byte" and "pattern" not in node:  # OpenAPI's base64 strings, enforced exactly
@@ -165,7 +172,7 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
     if not _DEPENDENCIES.isdisjoint(node):
         _property_dependencies(out)
     props = node.get("properties")
-    if narrow and isinstance(props, dict) and not in_all_of and _OPENING.isdisjoint(node):
+    if narrow and shape and isinstance(props, dict) and not in_all_of and _OPENING.isdisjoint(node):
         required = node.get("required", [])
         if isinstance(required, list) and all(r in props for r in required):
             out["additionalProperties"] = False
