@@ -5,7 +5,11 @@ and cached under ``~/.cache/radixserve/bench_lora``) are served by one Engine
 (``max_loras_per_batch`` = the largest count); the base figure comes from an Engine without LoRA
 on the same batch.  Each run: ``--batch`` random-token prompts of ``--prompt-len`` tokens, each
 generating ``--output-len`` tokens (greedy, ``ignore_eos``) in one ``generate`` call, request i
-on adapter ``i % count``; the cache is flushed before each run, best of ``--repeats``.  Prints
+on adapter ``i % count``; the cache is flushed before each run.  Both Engines are up at once and
+each of ``--repeats`` rounds times every configuration once (base, then each count), after one
+untimed run of the whole batch per Engine; each figure is the best of its rounds, and the ratio
+is given twice: best against best, and the median over rounds of the ratio to that round's base
+run (robust to a machine whose speed drifts from round to round).  Prints
 seconds, output tokens per second and the ratio to the base; ``adapters 0`` is the LoRA Engine
 serving base requests only (the base path with LoRA on).
 
@@ -77,7 +81,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()
@@ -92,21 +96,36 @@ def main() -> None:
     sp = {"max_new_tokens": a.output_len, "temperature": 0, "ignore_eos": True}
     kw = dict(dtype=a.dtype, max_total_tokens=a.batch * (a.prompt_len + a.output_len) + 1024)
     print(f"CPU: {cpu_label()}; torch threads {__import__('torch').get_num_threads()}", flush=True)
-    rows = []
-    with Engine(a.model, **kw) as eng:
-        eng.generate(input_ids=prompts[:2], sampling_params={"max_new_tokens": 4})
-        base_s, n = timed(eng, prompts, sp, [None] * a.batch, a.repeats)
-        print(f"base (no LoRA): {base_s:.2f} s, {n / base_s:.1f} output tok/s ({eng.info.dtype}, "
-              f"{eng.info.quantization})", flush=True)
-        rows.append({"adapters": "base", "seconds": base_s, "tok_s": n / base_s, "ratio": 1.0})
     lora_paths = tuple(f"adapter{i}={p}" for i, p in enumerate(paths))
-    with Engine(a.model, lora_paths=lora_paths, max_loras_per_batch=most, **kw) as eng:
-        eng.generate(input_ids=prompts[:2], sampling_params={"max_new_tokens": 4}, lora_path=["adapter0", None])
-        for count in a.counts:
-            names = [None if count == 0 else f"adapter{i % count}" for i in range(a.batch)]
-            s, n = timed(eng, prompts, sp, names, a.repeats)
-            rows.append({"adapters": count, "seconds": s, "tok_s": n / s, "ratio": base_s / s})
-            print(f"adapters {count}: {s:.2f} s, {n / s:.1f} output tok/s, {base_s / s:.1%} of the base", flush=True)
+    names = {count: [None if count == 0 else f"adapter{i % count}" for i in range(a.batch)] for count in a.counts}
+    best: dict = {}
+    n = 0
+    # both Engines live side by side and the rounds interleave them, so that a drift of the
+    # machine's speed (a shared VM) lands on every configuration alike
+    with Engine(a.model, **kw) as base, Engine(a.model, lora_paths=lora_paths, max_loras_per_batch=most, **kw) as eng:
+        timed(base, prompts, sp, [None] * a.batch, 1)  # warm-up: the step shapes of the timed runs
+        timed(eng, prompts, sp, [f"adapter{i % most}" for i in range(a.batch)], 1)  # warm-up, every slot
+        dtype, quant = base.info.dtype, base.info.quantization
+        for _ in range(a.repeats):
+            s, n = timed(base, prompts, sp, [None] * a.batch, 1)
+            best.setdefault("base", []).append(s)
+            for count in a.counts:
+                s, n = timed(eng, prompts, sp, names[count], 1)
+                best.setdefault(count, []).append(s)
+    # the per-round ratio pairs each run with the base run of its own round (seconds apart)
+    paired = {k: float(np.median([b / t for b, t in zip(best["base"], v)])) for k, v in best.items()}
+    spread = {k: f"rounds {min(v):.2f}-{max(v):.2f} s" for k, v in best.items()}
+    best = {k: min(v) for k, v in best.items()}
+    base_s = best["base"]
+    print(f"base (no LoRA): {base_s:.2f} s, {n / base_s:.1f} output tok/s ({dtype}, {quant}; {spread['base']})",
+          flush=True)
+    rows = [{"adapters": "base", "seconds": base_s, "tok_s": n / base_s, "ratio": 1.0}]
+    for count in a.counts:
+        s = best[count]
+        rows.append({"adapters": count, "seconds": s, "tok_s": n / s, "ratio": base_s / s,
+                     "paired_ratio": paired[count]})
+        print(f"adapters {count}: {s:.2f} s, {n / s:.1f} output tok/s, {base_s / s:.1%} of the base's best; "
+              f"median of the rounds' ratios {paired[count]:.1%} ({spread[count]})", flush=True)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"cpu": cpu_label(), "args": vars(a), "rows": rows}, f, indent=1)

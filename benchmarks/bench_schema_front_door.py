@@ -2,6 +2,10 @@
 uncached, best of ``--repeats``) on the JSONSchemaBench sample: what a new schema costs before its
 compile, to compare two trees of radixserve schema by schema.
 
+Python's garbage collector is paused while a schema is timed (and run before it): a collection
+starts wherever the allocation count says, which in a fixed loop is the same schema on every pass,
+so it would charge one schema with the whole process's garbage (up to ~1 ms here).
+
 The radixserve it times is the one Python imports: run it from each tree's root (the older one as a
 ``git worktree``) and compare the two JSON files with ``--against``:
 
@@ -13,6 +17,7 @@ The radixserve it times is the one Python imports: run it from each tree's root 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 
@@ -30,12 +35,17 @@ def measure(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
     for _ in range(repeats):
         for _, name, schema in items:
             text = json.dumps(schema)
-            t0 = time.perf_counter()
+            gc.collect()
+            gc.disable()
             try:
+                t0 = time.perf_counter()
                 llg_spec.llguidance_source.__wrapped__("json", text, "")
+                dt = time.perf_counter() - t0
             except ValueError:
                 continue
-            out[name] = min(out.get(name, float("inf")), (time.perf_counter() - t0) * 1e3)
+            finally:
+                gc.enable()
+            out[name] = min(out.get(name, float("inf")), dt * 1e3)
     return out
 
 

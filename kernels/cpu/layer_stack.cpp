@@ -12,7 +12,10 @@
 // cos/sin lists) and layers whose attention differs (set_layer_groups: each layer's index into
 // run's per-group plan lists: its K/V store slots, request->slot table, plan, window and cap) and
 // a packed (quantized) pool (set_kv_format: rotary writes the new K/V into staging rows, which
-// store_kv_packed packs into the pool, and the attention reads packed rows).
+// store_kv_packed packs into the pool, and the attention reads packed rows), and LoRA adapters
+// (set_lora: the slots' stacked A/B per layer and linear layer; set_lora_step before a run whose
+// rows use adapters, clear_lora_step after: each linear layer's output then gets lora_sgmv_'s
+// deltas, where layer_loop calls LoRAStep.add).
 //
 // Linear layers, by kind (w, a, b as given per layer):
 //   BLOCKED4 / BLOCKED8: blocked_linear(x, w, 4 or 8, a)   (a: the input scale or None)
@@ -55,6 +58,7 @@ using NormHeadsSig = void(at::Tensor, TRef, TRef, int64_t, int64_t, double);
 using AttentionSig = void(TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, TRef, double, at::Tensor, const OptT&,
                           const OptT&, int64_t, double, int64_t);
 using StorePackedSig = void(TRef, TRef, TRef, at::Tensor, at::Tensor, int64_t);
+using SgmvSig = void(at::Tensor&, TRef, TRef, TRef, TRef, TRef, TRef, int64_t, int64_t, TRef);
 
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> typed(const char* name) {
@@ -72,6 +76,7 @@ struct Ops {
   c10::TypedOperatorHandle<NormHeadsSig> norm_heads = typed<NormHeadsSig>("radixserve_cpu::rms_norm_heads_");
   c10::TypedOperatorHandle<AttentionSig> attention = typed<AttentionSig>("radixserve_cpu::paged_attention");
   c10::TypedOperatorHandle<StorePackedSig> store_packed = typed<StorePackedSig>("radixserve_cpu::store_kv_packed");
+  c10::TypedOperatorHandle<SgmvSig> sgmv = typed<SgmvSig>("radixserve_cpu::lora_sgmv_");
 };
 
 const Ops& ops() {
@@ -155,6 +160,33 @@ class LayerStack : public torch::CustomClassHolder {
                 "LayerStack.set_kv_format: packed rows are uint8 [S, Hkv, D + 4]");
     kv_format_ = format;
   }
+  // LoRA slots (radixserve/worker/lora/slots.py), an entry per layer and linear layer (qkv, o,
+  // gate_up, down): the stacked A and B (None: no adapter targets it), its parts and its parts'
+  // column bounds; the tensors are filled in place as adapters move in and out of slots.
+  void set_lora(c10::List<OptT> a, c10::List<OptT> b, std::vector<int64_t> parts, std::vector<at::Tensor> cols,
+                int64_t rank) {
+    const size_t n = PER_LAYER * k_bufs_.size();
+    TORCH_CHECK(a.size() == n && b.size() == n && parts.size() == n && cols.size() == n && rank > 0,
+                "LayerStack.set_lora: an A, B, part count and column bounds per layer and linear layer");
+    lora_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      TORCH_CHECK(a.get(i).has_value() == b.get(i).has_value(), "LayerStack.set_lora: A and B together");
+      lora_.push_back(LoraSlot{a.get(i), b.get(i), parts[i], cols[i]});
+    }
+    lora_rank_ = rank;
+  }
+  // This step's rows with an adapter, grouped by slot (lora_sgmv_'s rows, bounds and slots).
+  void set_lora_step(at::Tensor rows, at::Tensor bounds, at::Tensor slots) {
+    TORCH_CHECK(!lora_.empty(), "LayerStack.set_lora_step: set_lora first");
+    step_rows_ = std::move(rows);
+    step_bounds_ = std::move(bounds);
+    step_slots_ = std::move(slots);
+    lora_step_ = true;
+  }
+  void clear_lora_step() {
+    lora_step_ = false;
+    step_rows_ = step_bounds_ = step_slots_ = at::Tensor();
+  }
 
   // x [T, hidden]: the embeddings (consumed); returns (the last layer's MLP output, the residual
   // stream before it), as layer_loop.run_layers.  cos/sin: a table per rotary (set_rotaries);
@@ -194,6 +226,7 @@ class LayerStack : public torch::CustomClassHolder {
         o.add_rms.call(x, residual, norms_[2 * l], eps_);
       }
       at::Tensor qkv = linear(lin[0], x);
+      lora_add(PER_LAYER * l, x, qkv);
       if (!qk_norms_.empty()) {
         qkv = qkv.contiguous();
         o.norm_heads.call(qkv, qk_norms_[2 * l], qk_norms_[2 * l + 1], heads_, k_bufs_[l].size(1), qk_eps_);
@@ -206,7 +239,10 @@ class LayerStack : public torch::CustomClassHolder {
       }
       o.attention.call(q, k_bufs_[l], v_bufs_[l], r2ts[g], tasks[g], entry_tok[g], positions, tok_ptr[g],
                        tok_entries[g], scaling, out, std::nullopt, std::nullopt, windows[g], caps[g], kv_format_);
-      x = linear(lin[1], out.view({tokens, heads_ * dim})).contiguous();
+      const at::Tensor attn_out = out.view({tokens, heads_ * dim});
+      x = linear(lin[1], attn_out);
+      lora_add(PER_LAYER * l + 1, attn_out, x);
+      x = x.contiguous();
       if (gemma) {  // the attention output is normed before it joins the stream
         x = o.rms.call(x, norms_[2 * l + 1], eps_);
         o.add_rms.call(x, residual, ff_norms_[2 * l], eps_);
@@ -214,13 +250,31 @@ class LayerStack : public torch::CustomClassHolder {
         o.add_rms.call(x, residual, norms_[2 * l + 1], eps_);
       }
       at::Tensor gate_up = linear(lin[2], x).contiguous();
-      x = linear(lin[3], act_ == SILU ? o.silu_mul.call(gate_up) : o.gelu_tanh_mul.call(gate_up)).contiguous();
+      lora_add(PER_LAYER * l + 2, x, gate_up);
+      const at::Tensor h = act_ == SILU ? o.silu_mul.call(gate_up) : o.gelu_tanh_mul.call(gate_up);
+      x = linear(lin[3], h).contiguous();
+      lora_add(PER_LAYER * l + 3, h, x);
       if (gemma) x = o.rms.call(x, ff_norms_[2 * l + 1], eps_);
     }
     return {x, residual};
   }
 
  private:
+  struct LoraSlot {
+    OptT a, b;
+    int64_t parts;
+    at::Tensor cols;
+  };
+
+  // y += each adapter row's delta for input x, as LoRAStep.add (sgmv) does
+  void lora_add(size_t i, const at::Tensor& x, at::Tensor& y) const {
+    if (!lora_step_ || !lora_[i].a.has_value()) return;
+    const LoraSlot& s = lora_[i];
+    at::Tensor y2 = y.view({-1, y.size(-1)});
+    ops().sgmv.call(y2, x.reshape({-1, x.size(-1)}).contiguous(), *s.a, *s.b, step_rows_, step_bounds_, step_slots_,
+                    s.parts, lora_rank_, s.cols);
+  }
+
   at::Tensor linear(const Linear& l, const at::Tensor& x) const {
     switch (l.kind) {
       case BLOCKED4: return ops().blocked.call(x.contiguous(), l.w, 4, l.a);
@@ -239,6 +293,10 @@ class LayerStack : public torch::CustomClassHolder {
 
   std::vector<at::Tensor> norms_, k_bufs_, v_bufs_, qk_norms_, ff_norms_;
   std::vector<Linear> lin_;
+  std::vector<LoraSlot> lora_;  // per layer and linear layer (empty: no LoRA)
+  at::Tensor step_rows_, step_bounds_, step_slots_;
+  bool lora_step_ = false;
+  int64_t lora_rank_ = 0;
   std::vector<int64_t> rotary_, group_;  // per layer (empty: all 0)
   std::optional<c10::OperatorHandle> packed_;
   double eps_, qk_eps_ = 0.0;
@@ -257,5 +315,8 @@ TORCH_LIBRARY_FRAGMENT(radixserve_cpu, m) {
       .def("set_activation", &LayerStack::set_activation)
       .def("set_rotaries", &LayerStack::set_rotaries)
       .def("set_layer_groups", &LayerStack::set_layer_groups)
-      .def("set_kv_format", &LayerStack::set_kv_format);
+      .def("set_kv_format", &LayerStack::set_kv_format)
+      .def("set_lora", &LayerStack::set_lora)
+      .def("set_lora_step", &LayerStack::set_lora_step)
+      .def("clear_lora_step", &LayerStack::clear_lora_step);
 }

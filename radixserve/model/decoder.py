@@ -267,8 +267,8 @@ class DecoderLM(LMHeadMixin, WeightLoaderMixin, nn.Module):
         lora = self.lora.step if self.lora is not None else None  # a step with LoRA adapters
         if layer_loop.usable(self, backend, x.dtype):  # the same ops without the module tree's overhead
             # (the C++ stack runs every layer of the pool: a pipeline stage runs the Python loop)
-            stack = self.stackable and self.stage.count == 1 and lora is None
-            native = layer_stack.run(self, x, batch, backend) if stack else None
+            stack = self.stackable and self.stage.count == 1
+            native = layer_stack.run(self, x, batch, backend, lora) if stack else None
             x, residual = native if native is not None else layer_loop.run_layers(self, x, batch, backend, residual,
                                                                                   lora)
         else:

@@ -16,12 +16,16 @@ tables) and layers whose attention differs (sliding windows, soft-caps): the bac
 K/V store slots, request->slot table, plan, window and cap) and each layer's group, which the
 stack takes once (``set_layer_groups``) and the groups on every ``run``.
 
-``run(model, x, batch, backend)`` returns ``run_layers``'s result, or None when the stack does
+``run(model, x, batch, backend, lora)`` returns ``run_layers``'s result, or None when the stack does
 not apply (the caller then runs ``run_layers``): the native library lacks it, the backend's
 attention is not one kernel call per layer this step (``native_layer_plans`` is None: a plan
 with flash-attention blocks, a backend other than the CPU kernel's), a linear layer is of a
 kind the stack does not run (w8a8, a bias on a quantized layer, a subclass) or has hooks, or
 the layers differ in their attention scale, norm epsilon, activation or which norms they have.
+A step with LoRA adapters runs in the stack when its ``LoRAStep`` takes the native segmented
+kernel (``lora.sgmv``): the stack holds the slots' A/B tensors (``set_lora``, once per stack)
+and this step's row groups (``set_lora_step``), and adds the deltas where ``run_layers`` calls
+``LoRAStep.add``.
 
 The stacks are cached on the model, one per linear-layer regime (a QuantLinear runs its dense
 weights above ``max_m`` rows), and rebuilt when a layer's norm, linear or rotary module or a
@@ -121,6 +125,21 @@ class _Stacks:
         self.qk_eps = qk_norms[0].eps if qk_norms else 0.0
         self.layer_groups: Optional[list[int]] = None  # the backend's, as the built stacks have it
         self.by_regime: dict[int, Any] = {}
+        self.lora_of: dict[int, Any] = {}  # id(stack) -> the LoRA slots it holds
+
+    def set_lora(self, stack: Any, slots: Any) -> None:
+        """Give ``stack`` the LoRA slots' tensors (once per stack and slots object)."""
+        if self.lora_of.get(id(stack)) is slots:
+            return
+        a, b, parts, cols = [], [], [], []
+        for lid in range(len(self.linears) // 4):
+            for m in ("qkv", "o", "gate_up", "down"):
+                a.append(slots.a.get((lid, m)))
+                b.append(slots.b.get((lid, m)))
+                parts.append(slots.parts(m))
+                cols.append(slots.cols(m))
+        stack.set_lora(a, b, parts, cols, slots.rank)
+        self.lora_of[id(stack)] = slots
 
     def get(self, rows: int) -> Any:
         regime = bisect.bisect_left(self.thresholds, rows)
@@ -163,10 +182,13 @@ def available() -> bool:
         return False
 
 
-def run(model: Any, x: torch.Tensor, batch: ForwardBatch,
-        backend: AttentionBackend) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-    """``layer_loop.run_layers(model, x, batch, backend)`` in one native call, or None where the
-    stack does not apply.  Call only where ``layer_loop.usable(model, backend, x.dtype)``."""
+def run(model: Any, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBackend,
+        lora: Any = None) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """``layer_loop.run_layers(model, x, batch, backend, lora=lora)`` in one native call, or None
+    where the stack does not apply.  Call only where ``layer_loop.usable(model, backend, x.dtype)``;
+    ``lora``: the step's ``LoRAStep`` or None."""
+    if lora is not None and not lora.sgmv:
+        return None
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return None
     heads = model.layers[0].self_attn.num_heads
@@ -191,5 +213,13 @@ def run(model: Any, x: torch.Tensor, batch: ForwardBatch,
     locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows, caps = (list(t) for t in zip(*groups))
     cos = [r._buffers["cos"] for r in cache.rotaries]
     sin = [r._buffers["sin"] for r in cache.rotaries]
-    return stack.run(x, batch.positions, cos, sin, locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows, caps,
-                     cache.scaling)
+    if lora is None:
+        return stack.run(x, batch.positions, cos, sin, locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows,
+                         caps, cache.scaling)
+    cache.set_lora(stack, lora.slots)
+    stack.set_lora_step(lora.rows, lora.bounds, lora.seg_slots)
+    try:
+        return stack.run(x, batch.positions, cos, sin, locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows,
+                         caps, cache.scaling)
+    finally:
+        stack.clear_lora_step()

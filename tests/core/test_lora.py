@@ -221,3 +221,73 @@ def test_the_kernel_on_odd_widths_against_a_plain_reference():
     torch.ops.radixserve_cpu.lora_sgmv_(got, x, a, b, rows, bounds, slots, P, R, torch.tensor([0, 19, N]))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
     assert torch.equal(got[[14, 16, 18]], y[[14, 16, 18]])  # rows in no segment
+
+
+def test_the_layer_stack_adds_the_deltas_bit_for_bit_as_the_python_loop(engine, monkeypatch):
+    """A mixed batch on the kernel path: the native layer stack (set_lora / set_lora_step) runs
+    its steps, and gives exactly the tokens and logprobs of the Python layer loop."""
+    from radixserve.model import layer_stack
+
+    real, ran = layer_stack.run, []
+
+    def spy(model, x, batch, backend, lora=None):
+        out = real(model, x, batch, backend, lora)
+        ran.append((lora is not None, out is not None))
+        return out
+
+    names = ["a", None, "b", "a", None, "b"]
+    prompts = [PROMPTS[i % 3] for i in range(len(names))]
+    engine.runner.lora.sgmv = True
+    try:
+        monkeypatch.setattr(layer_stack, "run", spy)
+        stacked = _run(engine, names, prompts)
+        assert (True, True) in ran, ran  # steps with adapters ran in the stack
+        monkeypatch.setattr(layer_stack, "run", lambda *a, **k: None)
+        looped = _run(engine, names, prompts)
+    finally:
+        engine.runner.lora.sgmv = None
+    assert stacked == looped
+    engine.check_invariants()
+
+
+def test_the_stacked_gemm_path_stays_in_python(engine, monkeypatch):
+    """The GEMM path is not the stack's: a step pinned to it runs the Python loop."""
+    from radixserve.model import layer_stack
+
+    real, ran = layer_stack.run, []
+    monkeypatch.setattr(layer_stack, "run", lambda m, x, b, be, lora=None: ran.append(lora) or real(m, x, b, be, lora))
+    engine.runner.lora.sgmv = False
+    try:
+        _run(engine, ["a", "b"], PROMPTS[:2])
+    finally:
+        engine.runner.lora.sgmv = None
+    assert any(r is not None and not r.sgmv for r in ran)
+
+
+def test_the_path_rule_follows_the_timings():
+    from radixserve.worker.lora.timing import NO_LIMIT, sgmv_limit
+
+    def t(sgmv, gemm):
+        ms = (16, 64, 256, 1024)
+        return {"sgmv": dict(zip(ms, sgmv)), "gemm": dict(zip(ms, gemm))}
+
+    assert sgmv_limit(t([1, 2, 4, 8], [2, 3, 5, 9])) == NO_LIMIT  # the kernel always faster
+    assert sgmv_limit(t([1, 2, 4, 8], [2, 3, 3, 4])) == 129  # from between 64 and 256 rows
+    assert sgmv_limit(t([1, 2, 4, 8], [2, 1, 5, 4])) == 513  # one early win is not a crossover
+    assert sgmv_limit(t([2, 2, 4, 8], [1, 1, 3, 4])) == 1  # the GEMMs always faster
+
+
+def test_the_path_timing_is_measured_once_and_cached(engine, tmp_path, monkeypatch):
+    from radixserve.worker.lora import timing
+
+    calls = []
+    real = timing.time_paths
+    monkeypatch.setattr(timing, "time_paths", lambda slots, ms: calls.append(ms) or real(slots, ms, reps=1))
+    path = str(tmp_path / "lora_timings.json")
+    slots = engine.runner.lora.slots
+    first = timing.measured_limit(slots, path, ms=(4, 32))
+    again = timing.measured_limit(slots, path, ms=(4, 32))
+    assert calls == [(4, 32)] and first == again  # the second start reads the file
+    assert first in (1, 6, timing.NO_LIMIT)
+    (tmp_path / "lora_timings.json").write_text("{not json")
+    assert timing.measured_limit(slots, path, ms=(4, 32)) in (1, 6, timing.NO_LIMIT) and len(calls) == 2

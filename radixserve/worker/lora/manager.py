@@ -34,6 +34,23 @@ def install(model: Any, holder: LoRAHolder) -> None:
         layer.mlp.lora_layer = layer.self_attn.layer_id if hasattr(layer.self_attn, "layer_id") else i
 
 
+def _measured_limit(slots: LoRASlots) -> int:
+    """``timing.measured_limit`` where the native kernel runs (a CPU with the library), else 0
+    (the stacked GEMMs at every row count)."""
+    import os
+
+    from radixserve.kernels import cpu_native
+    from radixserve.model import loader
+    from radixserve.worker.lora import timing
+
+    if slots.device.type != "cpu" or not cpu_native.load():
+        return 0
+    limit = timing.measured_limit(slots, os.path.join(loader.cache_root(), "lora_timings.json"))
+    logger.info("LoRA: the native segmented kernel below %s rows a step, stacked GEMMs from there",
+                "any number of" if limit == timing.NO_LIMIT else limit)
+    return limit
+
+
 class LoRAManager:
     def __init__(self, model: Any, cfg: LoRAConfig, dtype: torch.dtype, device: torch.device) -> None:
         start = [read_adapter(name, path, "lora_paths", cfg.max_lora_rank, cfg.targets) for name, path in cfg.adapters]
@@ -44,7 +61,8 @@ class LoRAManager:
         self.holder = LoRAHolder()
         install(model, self.holder)
         self.of: dict[str, str] = {}  # rid -> adapter uid, for the requests that have one
-        self.sgmv: Optional[bool] = None  # the deltas' path (step.LoRAStep; tests pin one)
+        self.sgmv: Optional[bool] = None  # the deltas' path pinned (tests), else chosen per step
+        self.sgmv_below = _measured_limit(self.slots)  # rows below which the native kernel runs (timing.py)
         self.info = LoRAWorkerInfo(rank, targets, cfg.max_loras_per_batch, list(self.adapters))
         logger.info("LoRA: %d adapter(s) at start (%s), %d slots of rank %d over %s", len(self.adapters),
                     ", ".join(a.name for a in self.adapters) or "none", cfg.max_loras_per_batch, rank,
@@ -68,7 +86,8 @@ class LoRAManager:
         per_req = [slot[u] if u else -1 for u in uids]
         lens = [len(r.input_ids) for r in plan.reqs]
         row_slot = torch.from_numpy(np.repeat(np.asarray(per_req, dtype=np.int64), lens)).to(self.slots.device)
-        self.holder.step = LoRAStep(self.slots, row_slot, self.sgmv)
+        sgmv = self.sgmv if self.sgmv is not None else len(row_slot) < self.sgmv_below
+        self.holder.step = LoRAStep(self.slots, row_slot, sgmv)
 
     def end(self) -> None:
         self.holder.step = None

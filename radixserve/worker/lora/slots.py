@@ -16,6 +16,8 @@ slot, else the least recently used slot no adapter of this step holds.  Worker t
 """
 from __future__ import annotations
 
+import itertools
+
 from collections import OrderedDict
 from typing import Any, Optional
 
@@ -53,6 +55,9 @@ class LoRASlots:
         self.num_slots, self.rank, self.targets = num_slots, rank, targets
         self.dtype, self.device = dtype, device
         self.modules = [m for m, parts in FUSED.items() if targets & set(parts)]
+        # each fused module's parts' column bounds in its output ([0, q, q + k, q + k + v] for qkv)
+        self._cols = {m: torch.tensor([0, *itertools.accumulate(self.geometry[m][1])], dtype=torch.int64)
+                      for m in FUSED}
         # (layer, fused module) -> (A, B)
         self.a: dict[tuple[int, str], torch.Tensor] = {}
         self.b: dict[tuple[int, str], torch.Tensor] = {}
@@ -141,6 +146,10 @@ class LoRASlots:
 
     def parts(self, module: str) -> int:
         return len(FUSED[module])
+
+    def cols(self, module: str) -> torch.Tensor:
+        """int64 [parts + 1]: the column bounds of ``module``'s parts in its output."""
+        return self._cols[module]
 
     def slot_uid(self, slot: int) -> Optional[str]:
         return self.lru.get(slot)

@@ -1,11 +1,12 @@
 """``LoRAStep``: the adapters' deltas of one step, added to the base linear layers' outputs.
 
-On the CPU, the native segmented kernel (``kernels/cpu/lora_sgmv.cpp``, S-LoRA's SGMV): the rows
-grouped by slot, each slot's A and B read once per block of rows, only each part's own columns of
-B (on the development machine 2-3x faster than the stacked GEMMs below from 8 to 512 rows,
-bf16 and fp32).  Elsewhere (a GPU, no native library) stacked GEMMs:
-for a fused module of ``parts`` parts, over the first ``k`` slots (those this step uses, the
-slots' prefix up to the highest one): ``y += ((x @ A[:k].T) * mask) @ B[:k]`` (``slots.py``).
+Two paths, the same sums: the native segmented kernel (``kernels/cpu/lora_sgmv.cpp``, S-LoRA's
+SGMV; CPU only): the rows grouped by slot, each slot's A and B read once per block of rows, only
+each part's own columns of B; and stacked GEMMs (any device), where oneDNN's GEMMs win at many
+rows.  The manager picks one per step by the row count, from a timing of both on this machine
+(``timing.py``); the native layer stack runs a step on the kernel path (``model/layer_stack.py``).
+The stacked GEMMs: for a fused module of ``parts`` parts, over the first ``k`` slots (those this
+step uses, the slots' prefix up to the highest one): ``y += ((x @ A[:k].T) * mask) @ B[:k]``.
 The mask is 1 on the ``parts x R`` columns of the row's slot and 0 elsewhere (a row of the base
 model: all 0, so its output is left exactly as the base layer wrote it).  Three ops per module
 and layer whatever the mix of adapters in the batch: one small GEMM into the slots' ranks, a
@@ -17,7 +18,6 @@ step uses an adapter, and the base path then runs as without LoRA (the native la
 """
 from __future__ import annotations
 
-import itertools
 from typing import Optional
 
 import torch
@@ -29,7 +29,8 @@ class LoRAStep:
     def __init__(self, slots: LoRASlots, row_slot: torch.Tensor, sgmv: Optional[bool] = None) -> None:
         """``row_slot``: int64 [tokens], each token's slot (-1: the base model).  ``sgmv``: use the
         native segmented kernel (``kernels/cpu/lora_sgmv.cpp``) rather than the stacked GEMMs (None:
-        on the CPU where it is built)."""
+        on the CPU where it is built).  On the kernel path ``rows``, ``bounds`` and ``seg_slots``
+        are the kernel's (and the layer stack's) row groups."""
         self.slots = slots
         if sgmv is None:
             sgmv = row_slot.device.type == "cpu" and _native()
@@ -57,8 +58,6 @@ class LoRAStep:
         seg_slots, counts = torch.unique_consecutive(ordered[keep], return_counts=True)
         self.seg_slots = seg_slots.contiguous()
         self.bounds = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-        self.cols = {m: torch.tensor([0, *itertools.accumulate(self.slots.geometry[m][1])], dtype=torch.int64)
-                     for m in self.slots.modules}
 
     def add(self, layer: int, module: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``y`` (the base layer's output for ``x``) plus each row's adapter delta, in place;
@@ -69,7 +68,7 @@ class LoRAStep:
         if self.sgmv:
             torch.ops.radixserve_cpu.lora_sgmv_(y.view(-1, y.shape[-1]), x.reshape(-1, x.shape[-1]).contiguous(), a,
                                                 self.slots.b[layer, module], self.rows, self.bounds, self.seg_slots,
-                                                self.slots.parts(module), self.slots.rank, self.cols[module])
+                                                self.slots.parts(module), self.slots.rank, self.slots.cols(module))
             return y
         mask = self.masks[self.slots.parts(module)]
         n = mask.shape[1]
