@@ -11,16 +11,12 @@ stage) ends node 0 non-zero with an error for the in-flight request.
 """
 from __future__ import annotations
 
-import signal
-import threading
-import time
 from types import SimpleNamespace
 
-import httpx
 import numpy as np
 import pytest
 
-from tests.core.test_tp import GEN, _exit_code, _run, _tiny_gqa
+from tests.core.test_tp import GEN, _run, _tiny_gqa, killing_node1_fails_node0
 from tests.helpers.models import make_engine, random_prompts
 from tests.helpers.server_harness import ServerHandle, free_port
 from tests.helpers.tp_compare import assert_same
@@ -140,24 +136,7 @@ def test_two_nodes_pp2xtp2_match_and_killing_the_last_stage_fails_node0(gqa3_dir
                 "top_logprobs_num": 3}
         with node0.client() as c:
             assert_same(ref[0], c.post("/generate", json=body).raise_for_status().json())
-        inflight: dict = {}
-
-        def long_request() -> None:
-            try:
-                with node0.client(timeout=60) as c:
-                    inflight["status"] = c.post("/generate", json={
-                        "input_ids": prompts[0], "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}
-                    }).status_code
-            except httpx.HTTPError as e:
-                inflight["status"] = type(e).__name__
-
-        t = threading.Thread(target=long_request)
-        t.start()
-        time.sleep(1.0)
-        node1.send_signal(signal.SIGKILL)
-        assert _exit_code(node0.proc, 30) != 0
-        t.join(30)
-        assert not t.is_alive() and inflight["status"] != 200, inflight
+        killing_node1_fails_node0(node0, node1, prompts[0])
     finally:
         node1.kill()
         node0.stop()

@@ -181,6 +181,29 @@ def _exit_code(proc: subprocess.Popen, timeout: float) -> int:
         pytest.fail(f"still running {timeout}s after its peer died")
 
 
+def killing_node1_fails_node0(node0, node1, prompt: list[int]) -> None:
+    """SIGKILL ``node1`` while a long request runs on ``node0``: node0 exits non-zero and the
+    request ends without a 200."""
+    inflight: dict = {}
+
+    def long_request() -> None:
+        try:
+            with node0.client(timeout=60) as c:
+                inflight["status"] = c.post("/generate", json={
+                    "input_ids": prompt, "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}
+                }).status_code
+        except httpx.HTTPError as e:
+            inflight["status"] = type(e).__name__
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    time.sleep(1.0)
+    node1.send_signal(signal.SIGKILL)
+    assert _exit_code(node0.proc, 30) != 0
+    t.join(30)
+    assert not t.is_alive() and inflight["status"] != 200, inflight
+
+
 @pytest.fixture(scope="module")
 def gqa63_dir(tmp_path_factory, smol_dir) -> str:
     return _tiny_gqa(str(tmp_path_factory.mktemp("gqa63")), smol_dir, 6, 3)
@@ -196,24 +219,7 @@ def test_two_nodes_match_tp1_and_killing_node1_fails_node0(gqa63_dir):
                 "top_logprobs_num": 3}
         with node0.client() as c:
             assert_same(ref, c.post("/generate", json=body).raise_for_status().json())
-        inflight: dict = {}
-
-        def long_request() -> None:
-            try:
-                with node0.client(timeout=60) as c:
-                    inflight["status"] = c.post("/generate", json={
-                        "input_ids": prompts[0], "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}
-                    }).status_code
-            except httpx.HTTPError as e:
-                inflight["status"] = type(e).__name__
-
-        t = threading.Thread(target=long_request)
-        t.start()
-        time.sleep(1.0)
-        node1.send_signal(signal.SIGKILL)
-        assert _exit_code(node0.proc, 30) != 0
-        t.join(30)
-        assert not t.is_alive() and inflight["status"] != 200, inflight
+        killing_node1_fails_node0(node0, node1, prompts[0])
     finally:
         node1.kill()
         node0.stop()
