@@ -24,6 +24,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from benchmarks.bench_tp import batch_args
+
 
 def _stats(folder: str) -> dict[int, dict[str, Any]]:
     out = {}
@@ -64,14 +66,9 @@ def _run(args: argparse.Namespace, prompts: list, pp: int, micro: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=None)
+    batch_args(ap)
     ap.add_argument("--pp-size", type=int, default=2)
     ap.add_argument("--micro-batches", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--output-len", type=int, default=32)
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
     rng = np.random.default_rng(args.seed)

@@ -16,15 +16,21 @@ import time
 import numpy as np
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def batch_args(ap: argparse.ArgumentParser) -> None:
+    """The batch both parallelism benchmarks time (this one and ``bench_pp``): model, dtype, and
+    ``--batch`` random prompts of ``--prompt-len`` tokens generating ``--output-len`` each."""
     ap.add_argument("--model", default=None)
-    ap.add_argument("--tp-sizes", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    batch_args(ap)
+    ap.add_argument("--tp-sizes", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
     from radixserve import Engine
 
