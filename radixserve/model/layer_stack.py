@@ -132,7 +132,7 @@ class _Stacks:
         if self.lora_of.get(id(stack)) is slots:
             return
         a, b, parts, cols = [], [], [], []
-        for lid in range(len(self.linears) // 4):
+        for lid in range(len(self.linears) // len(_LINEARS)):
             for m in ("qkv", "o", "gate_up", "down"):
                 a.append(slots.a.get((lid, m)))
                 b.append(slots.b.get((lid, m)))

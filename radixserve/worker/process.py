@@ -75,10 +75,9 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
 
 
 def _step(runner: Any, plan: Any, store: Any = None, tiers: Any = None) -> Any:
+    from radixserve.ipc.lora_link import LoRAReq
     from radixserve.ipc.persist_link import KVRestoreReq, KVSaveReq
     from radixserve.ipc.tier_link import KVTierReq
-
-    from radixserve.ipc.lora_link import LoRAReq
 
     try:
         if isinstance(plan, LoRAReq):

@@ -26,14 +26,12 @@ from radixserve.worker.lora.slots import LoRASlots
 
 
 class LoRAStep:
-    def __init__(self, slots: LoRASlots, row_slot: torch.Tensor, sgmv: Optional[bool] = None) -> None:
+    def __init__(self, slots: LoRASlots, row_slot: torch.Tensor, sgmv: bool) -> None:
         """``row_slot``: int64 [tokens], each token's slot (-1: the base model).  ``sgmv``: use the
-        native segmented kernel (``kernels/cpu/lora_sgmv.cpp``) rather than the stacked GEMMs (None:
-        on the CPU where it is built).  On the kernel path ``rows``, ``bounds`` and ``seg_slots``
+        native segmented kernel (``kernels/cpu/lora_sgmv.cpp``) rather than the stacked GEMMs (the
+        manager chooses, ``timing.py``).  On the kernel path ``rows``, ``bounds`` and ``seg_slots``
         are the kernel's (and the layer stack's) row groups."""
         self.slots = slots
-        if sgmv is None:
-            sgmv = row_slot.device.type == "cpu" and _native()
         self.sgmv = sgmv
         if sgmv:
             if not _native():
