@@ -7,8 +7,10 @@ model (SmolLM2-135M-Instruct):
 
 - **coverage**: schemas that compile (front-door validation plus the backend's compile,
   the same path a request takes; a refusal or a compile error/timeout is a miss);
-- **compile time** p50 / p99 over the schemas that compiled (validation + compile, nothing
-  cached, one compile worker);
+- **compile time** p50 / p99 over the schemas that compiled: the scheduler's time from a
+  request's arrival to its grammar being ready (nothing cached, one compile worker), and apart
+  from it the front door's synchronous check (the 400 for a bad schema), which the HTTP server
+  runs before the request reaches the scheduler;
 - **compliance**: of the compiled schemas whose generation finished (``stop``, not cut by
   ``--max-new-tokens``), the share whose output validates with ``jsonschema`` against the
   schema as given, formats asserted (``FORMAT_CHECKER``: the formats whose checker libraries are
@@ -89,8 +91,11 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
-def compile_all(eng, schemas: list[dict], backend: str) -> list[tuple[Optional[float], Optional[str]]]:
-    """(seconds, None) or (None, error) per schema: validation + compile, sequentially."""
+def compile_all(eng, schemas: list[dict], backend: str) -> list[tuple[Optional[float], Optional[float], Optional[str]]]:
+    """Per schema, sequentially, the path a request takes: (compile seconds, check seconds, None)
+    or (None, None, error).  ``check``: the front door's synchronous validation (request_builder,
+    in the HTTP server's process); ``compile``: the scheduler's, from the request's arrival to its
+    grammar being ready (the source, unchecked as the scheduler builds it, and the backend's compile)."""
     from radixserve.constrained.spec import constraint_of
     from radixserve.sampling_params import SamplingParams
 
@@ -103,9 +108,12 @@ def compile_all(eng, schemas: list[dict], backend: str) -> list[tuple[Optional[f
             be.inflight[warm.key].exception()
         res = []
         for s in schemas:
+            sp = SamplingParams(json_schema=s)
             t0 = time.perf_counter()
             try:
-                c = constraint_of(SamplingParams(json_schema=s), sched.cfg.json_whitespace_pattern, backend)
+                constraint_of(sp, backend=backend)  # the front door's check (verify_sampling)
+                t1 = time.perf_counter()
+                c = constraint_of(sp, sched.cfg.json_whitespace_pattern, backend, validate=False)
                 be.request(c)
                 got = be.poll(c)
                 while got is None:
@@ -115,8 +123,8 @@ def compile_all(eng, schemas: list[dict], backend: str) -> list[tuple[Optional[f
                     got = be.poll(c)
             except ValueError as e:
                 got = e
-            dt = time.perf_counter() - t0
-            res.append((None, str(got)[:300]) if isinstance(got, Exception) else (dt, None))
+            t2 = time.perf_counter()
+            res.append((None, None, str(got)[:300]) if isinstance(got, Exception) else (t2 - t1, t1 - t0, None))
         return res
 
     return eng.run_on_driver(run)
@@ -155,7 +163,7 @@ def run_backend(backend: str, items: list, args) -> dict:
     t0 = time.perf_counter()
     comp = compile_all(eng, [s for _, _, s in items], backend)
     compile_wall = time.perf_counter() - t0
-    ok = [i for i, (dt, _) in enumerate(comp) if dt is not None]
+    ok = [i for i, (dt, _, _) in enumerate(comp) if dt is not None]
     t1 = time.perf_counter()
     outs = eng.generate([prompt_of(eng.tokenizer, items[i][2]) for i in ok],
                         [{"json_schema": items[i][2], "max_new_tokens": args.max_new_tokens, "temperature": 0,
@@ -164,12 +172,13 @@ def run_backend(backend: str, items: list, args) -> dict:
     per: dict = {}
     bad = []
     for sub in SUBSETS:
-        per[sub] = {"n": 0, "compiled": 0, "finished": 0, "valid": 0, "compile_s": []}
+        per[sub] = {"n": 0, "compiled": 0, "finished": 0, "valid": 0, "compile_s": [], "check_s": []}
     for i, (sub, name, schema) in enumerate(items):
         per[sub]["n"] += 1
         if comp[i][0] is not None:
             per[sub]["compiled"] += 1
             per[sub]["compile_s"].append(comp[i][0])
+            per[sub]["check_s"].append(comp[i][1])
     for i, o in zip(ok, outs):
         sub, name, schema = items[i]
         if o["meta_info"]["finish_reason"]["type"] != "stop":
@@ -179,15 +188,15 @@ def run_backend(backend: str, items: list, args) -> dict:
         per[sub]["valid"] += good
         if not good:
             bad.append({"file": name, "why": why, "text": o["text"][:300]})
-    errors = {items[i][1]: e for i, (_, e) in enumerate(comp) if e is not None}
+    errors = {items[i][1]: e for i, (_, _, e) in enumerate(comp) if e is not None}
     eng.shutdown()
     return {"per_subset": per, "invalid": bad, "compile_errors": errors, "compile_wall_s": compile_wall,
             "generate_wall_s": gen_wall}
 
 
 def table(results: dict) -> str:
-    lines = ["| subset | backend | n | coverage | compliance (valid / finished) | compile p50 | compile p99 |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| subset | backend | n | coverage | compliance (valid / finished) | compile p50 | compile p99 "
+             "| front-door check p50 | check p99 |", "|---|---|---|---|---|---|---|---|---|"]
     for sub in SUBSETS + ["overall"]:
         for b, r in results.items():
             per = r["per_subset"]
@@ -197,9 +206,11 @@ def table(results: dict) -> str:
             f = sum(x["finished"] for x in rows)
             v = sum(x["valid"] for x in rows)
             ts = [t for x in rows for t in x["compile_s"]]
+            cs = [t for x in rows for t in x.get("check_s", [])]  # the xgrammar peer has no front door
             comp = f"{100 * v / f:.0f}% ({v}/{f})" if f else "-"
+            check = f"{1e3 * pct(cs, 50):.1f} ms | {1e3 * pct(cs, 99):.1f} ms" if cs else "- | -"
             lines.append(f"| {sub} | {b} | {n} | {100 * c / max(n, 1):.0f}% ({c}) | {comp} | "
-                         f"{1e3 * pct(ts, 50):.1f} ms | {1e3 * pct(ts, 99):.1f} ms |")
+                         f"{1e3 * pct(ts, 50):.1f} ms | {1e3 * pct(ts, 99):.1f} ms | {check} |")
     return "\n".join(lines)
 
 

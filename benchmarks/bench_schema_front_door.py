@@ -1,6 +1,7 @@
 """Per-schema time of the structured-output front door (rewrites, llguidance grammar, validation;
 uncached, best of ``--repeats``) on the JSONSchemaBench sample: what a new schema costs before its
-compile, to compare two trees of radixserve schema by schema.
+compile, to compare two trees of radixserve schema by schema.  ``--path request`` times a request's
+whole grammar path instead: that check, the scheduler's own source and the llguidance compile.
 
 Each schema is timed on its own, back to back (one untimed call, then the best of ``--repeats``),
 with Python's garbage collector paused: timed in one pass over all schemas, a schema's figure
@@ -54,6 +55,50 @@ def measure(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
     return out
 
 
+def measure_request(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
+    """{schema file: ms} of a request's whole grammar path, per schema as ``measure`` times it:
+    the front door's check (``constraint_of`` as request_builder calls it), the scheduler's
+    ``constraint_of`` (unchecked where the tree has ``validate``) and the llguidance compile."""
+    import inspect
+
+    from radixserve.config import SchedulerConfig
+    from radixserve.constrained import llg_spec
+    from radixserve.constrained.registry import make_backend
+    from radixserve.constrained.spec import constraint_of
+    from radixserve.model.loader import resolve_hf_dir
+    from radixserve.sampling_params import SamplingParams
+    from radixserve.tokenizer import load_light_tokenizer
+
+    tok = load_light_tokenizer(resolve_hf_dir(None))
+    be = make_backend(tok, 49152, (tok.eos_token_id,), SchedulerConfig(json_whitespace_pattern=""))
+    unchecked = {"validate": False} if "validate" in inspect.signature(constraint_of).parameters else {}
+
+    def once(sp: SamplingParams) -> None:
+        llg_spec.llguidance_source.cache_clear()
+        constraint_of(sp, backend="llguidance")
+        be.compile(constraint_of(sp, "", "llguidance", **unchecked).source)
+
+    out: dict[str, float] = {}
+    for _, name, schema in sample(Data(MIRROR), per_subset, seed):
+        sp = SamplingParams(json_schema=schema)
+        try:
+            once(sp)
+        except ValueError:
+            continue
+        best = float("inf")
+        gc.disable()
+        try:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                once(sp)
+                best = min(best, time.perf_counter() - t0)
+        finally:
+            gc.enable()
+        out[name] = best * 1e3
+    be.close()
+    return out
+
+
 def compare(old: dict[str, float], new: dict[str, float]) -> str:
     both = sorted(set(old) & set(new))
     a, b = np.array([old[k] for k in both]), np.array([new[k] for k in both])
@@ -71,8 +116,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--out", required=True, help="write {schema: ms} here")
     ap.add_argument("--against", default=None, help="an earlier --out to compare with")
+    ap.add_argument("--path", choices=["front-door", "request"], default="front-door",
+                    help="front-door: the synchronous check alone; request: check, the scheduler's "
+                         "source and the llguidance compile")
     a = ap.parse_args()
-    res = measure(a.per_subset, a.seed, a.repeats)
+    res = (measure if a.path == "front-door" else measure_request)(a.per_subset, a.seed, a.repeats)
     with open(a.out, "w") as f:
         json.dump(res, f)
     print(f"{len(res)} schemas accepted; median {np.median(list(res.values())):.3f} ms")

@@ -25,7 +25,9 @@ a small model otherwise writes digits until ``max_new_tokens``).  Objects are cl
 extra properties (no ``additionalProperties``, ``patternProperties``,
 ``unevaluatedProperties``, no ``allOf``/``anyOf``/``oneOf``/``$ref`` beside them, every
 ``required`` name listed, not under an ``allOf``) gets ``additionalProperties: false``, so
-the model writes the listed properties only (as xgrammar's strict mode does).  Below
+the model writes the listed properties only (as xgrammar's strict mode does); an
+``anyOf``/``oneOf`` branch merges with its node, so it is closed only when it lists every
+name the node requires.  Below
 ``patternProperties`` (a map open by design) none of these three apply.  Repeated string leaves
 are compiled once (``shared_leaves.py``).
 
@@ -144,11 +146,12 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
         elif k == "anyOf" or k == "oneOf" or k == "prefixItems":
             if isinstance(v, list):
                 # an anyOf/oneOf branch merges with its node's other keywords (an allOf's siblings
-                # too): closing it would ban the properties the node requires
+                # too): it is closed only if that bans none of the names the node requires
                 if merged is None:
-                    merged = in_all_of or bool(node.get("required")) or "allOf" in node
-                out[k] = [close_objects(x, merged and k != "prefixItems", open_refs, f"{path}/{k}/{i}", root, narrow,
-                                        shape) for i, x in enumerate(v)]
+                    merged = in_all_of or "allOf" in node
+                    need = node.get("required") if isinstance(node.get("required"), list) else ()
+                out[k] = [close_objects(x, k != "prefixItems" and (merged or not _lists(x, need)), open_refs,
+                                        f"{path}/{k}/{i}", root, narrow, shape) for i, x in enumerate(v)]
         elif k == "allOf":
             if isinstance(v, list):
                 out[k] = [close_objects(x, True, open_refs, f"{path}/allOf/{i}", root, narrow, shape)
@@ -180,6 +183,12 @@ def close_objects(node: Any, in_all_of: bool = False, open_refs: frozenset = fro
         rewrites.rewrite_property_names(node, out, path, out.get("additionalProperties") is False
                                         and not node.get("patternProperties"), narrow)
     return out
+
+
+def _lists(branch: Any, names: Any) -> bool:
+    """Whether ``branch``'s own ``properties`` name every one of ``names``."""
+    props = branch.get("properties") if isinstance(branch, dict) else None
+    return not names or (isinstance(props, dict) and all(n in props for n in names))
 
 
 def one_of_pass(given: Any, tight: Any, narrow: bool = False, report: Optional[list] = None) -> Any:
@@ -295,12 +304,15 @@ def choices_lark(choices: list[str]) -> str:
 
 
 @lru_cache(maxsize=1024)
-def llguidance_source(kind: str, value: str, whitespace: str) -> str:
+def llguidance_source(kind: str, value: str, whitespace: str, validate: bool = True) -> str:
+    """The grammar (module docstring).  ``validate=False`` is for the scheduler, whose requests
+    passed the front door's check of the same grammar: llguidance's check is skipped (the
+    compile repeats it and reports anything it finds)."""
     from llguidance import LLMatcher
 
     field = FIELD[kind]
     lark = to_lark(value) if kind == "ebnf" else ""
-    err: Optional[str] = None
+    overlap: list = []
     try:
         if kind == "regex":
             grammar = LLMatcher.grammar_from_regex(value)
@@ -308,27 +320,21 @@ def llguidance_source(kind: str, value: str, whitespace: str) -> str:
             given = json.loads(value)
             open_refs = frozenset(_all_of_refs(given)) if '"allOf"' in value else frozenset()
             schema = close_objects(given, False, open_refs, "#", given)
+            if '"oneOf"' in value:  # what one_of.py proves becomes an anyOf; llguidance must prove the rest
+                schema = one_of_pass(given, schema, True, overlap)
             grammar = LLMatcher.grammar_from_json_schema(json.dumps(shared_leaves.share(schema, value)),
                                                          overrides=json_options(whitespace))
-            err = LLMatcher.validate_grammar(grammar)
-            if err and '"oneOf"' in value and "coerce_one_of" in err:
-                # a oneOf llguidance cannot prove disjoint itself: ours may (one_of.py); what llguidance
-                # proves costs nothing more than it did
-                schema = shared_leaves.share(one_of_pass(given, schema, True), value)
-                grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=json_options(whitespace))
-                err = None
         elif kind == "choices":
             grammar = LLMatcher.grammar_from_lark(choices_lark(json.loads(value)))
         else:
             grammar = LLMatcher.grammar_from_lark(lark)
     except (ValueError, TypeError) as e:
         raise ValueError(f"sampling_params.{field}: {e}") from None
-    if kind != "json" or err is None:
-        err = LLMatcher.validate_grammar(grammar)
-    if err and kind == "json" and "coerce_one_of" in err:  # a oneOf neither proof covers: name the pair
-        why = overlap_report(json.loads(value))
-        if why:
-            raise ValueError(f"sampling_params.{field}: {why}")
+    if not validate:
+        return grammar
+    err = LLMatcher.validate_grammar(grammar)
+    if err and overlap and "coerce_one_of" in err:  # a oneOf neither proof covers: name the pair
+        raise ValueError(f"sampling_params.{field}: {overlap[0]}")
     if err:
         what = "unsupported or invalid schema" if kind == "json" else f"invalid {kind}"
         where = locate(json.loads(value), err) if kind == "json" else ""

@@ -86,7 +86,9 @@ class GrammarManager(Generic[R]):
 
     # ------------------------------------------------------------------ compile
     def add(self, req: R) -> None:
-        c = constraint_of(req.sampling, self.cfg.json_whitespace_pattern, self.cfg.grammar_backend)
+        # the front door (request_builder) validated the constraint: llguidance's check is not run
+        # twice per request; a problem it would have found fails this request's compile instead
+        c = constraint_of(req.sampling, self.cfg.json_whitespace_pattern, self.cfg.grammar_backend, validate=False)
         assert c is not None, "add() takes constrained requests only"
         self.get_backend().request(c)
         self.waiting.append((req, c))

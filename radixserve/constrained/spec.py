@@ -7,7 +7,9 @@ Contract:
   compiled grammar in the backend's cache; ``source`` is a regex for "outlines" and a
   llguidance grammar (validated here, see llg_spec.py) for "llguidance".  Results are
   memoized, so repeated validation is cheap.  Called synchronously by the request front
-  door (``request_builder``), so every problem below is a 400 before anything is queued.
+  door (``request_builder``), so every problem below is a 400 before anything is queued;
+  the scheduler calls it again with ``validate=False`` (llguidance's grammar check, as long
+  as the compile itself, is not repeated; the compile reports what it would find).
 - ``ebnf`` (a Lark or GBNF grammar) needs llguidance; with outlines it is refused, naming
   the field and the backend it needs.
 - Every problem raises ``ValueError("sampling_params.<field>: ...")`` carrying the parser's
@@ -25,6 +27,7 @@ Contract:
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -141,7 +144,7 @@ def canonical_schema(schema: Any) -> str:
     raise ValueError("sampling_params.json_schema: must be a JSON string or an object")
 
 
-def _outlines_source(kind: str, value: str, ws: str) -> str:
+def _outlines_source(kind: str, value: str, ws: str, validate: bool = True) -> str:
     if kind == "json":
         return _schema_regex(value, ws)
     if kind == "choices":
@@ -153,10 +156,10 @@ def _outlines_source(kind: str, value: str, ws: str) -> str:
     return value
 
 
-def _llguidance_source(kind: str, value: str, ws: str) -> str:
+def _llguidance_source(kind: str, value: str, ws: str, validate: bool = True) -> str:
     from radixserve.constrained.llg_spec import llguidance_source
 
-    return llguidance_source(kind, value, ws)
+    return llguidance_source(kind, value, ws, validate)
 
 
 SOURCES = {"outlines": _outlines_source, "llguidance": _llguidance_source}
@@ -164,9 +167,10 @@ FIELDS = ("regex", "json_schema", "choices", "ebnf")
 
 
 def constraint_of(params: GrammarSampling, whitespace: Optional[str] = None,
-                  backend: str = DEFAULT_GRAMMAR_BACKEND) -> Optional[Constraint]:
+                  backend: str = DEFAULT_GRAMMAR_BACKEND, validate: bool = True) -> Optional[Constraint]:
     """The constraint a SamplingParams asks for (None when unconstrained), compiled by
-    ``backend`` ("outlines" or "llguidance") from ``Constraint.source``."""
+    ``backend`` ("outlines" or "llguidance") from ``Constraint.source``.  ``validate=False``
+    (the scheduler, behind the front door): llguidance's grammar check is left to the compile."""
     values = {name: getattr(params, name, None) for name in FIELDS}
     given = [n for n in FIELDS if values[n] is not None]
     if not given:
@@ -174,7 +178,7 @@ def constraint_of(params: GrammarSampling, whitespace: Optional[str] = None,
     if len(given) > 1:
         raise ValueError(f"sampling_params.{given[1]}: give only one of regex, json_schema, choices and ebnf")
     ws = OUTLINES_WHITESPACE if whitespace is None else whitespace
-    to_source = SOURCES[backend]
+    to_source = functools.partial(SOURCES[backend], validate=validate)
     regex, schema, choices, ebnf = (values[n] for n in FIELDS)
     if regex is not None:
         if not isinstance(regex, str) or not regex:

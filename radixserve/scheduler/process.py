@@ -22,6 +22,7 @@ Loop contract:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 import traceback
@@ -214,4 +215,8 @@ def run_scheduler(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn
         on_stop(lambda: setattr(loop, "stopping", True))
     ready_conn.send(loop.info)
     ready_conn.close()
+    # what start-up built lives as long as the process: out of the collector's sight, a full
+    # collection (e.g. during a grammar compile) no longer walks the tokenizer's and config's objects
+    gc.collect()
+    gc.freeze()
     loop.run()

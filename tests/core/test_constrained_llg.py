@@ -79,6 +79,12 @@ def test_schema_tightenings_keep_outputs_valid():
     assert close_objects({"type": "object"}) == {"type": "object"}  # json_object: any object
     req_missing = {"type": "object", "properties": {"a": {}}, "required": ["b"]}
     assert "additionalProperties" not in close_objects(req_missing)
+    # anyOf branches merge with the node: one is closed only when it lists every name the node requires
+    union = {"type": "object", "required": ["a", "b"],
+             "anyOf": [{"properties": {"a": {"const": 1}, "b": {}}}, {"properties": {"a": {"const": 2}}}]}
+    both, only_a = close_objects(union)["anyOf"]
+    assert both["additionalProperties"] is False and "additionalProperties" not in only_a
+    assert all("additionalProperties" not in b for b in close_objects(union, in_all_of=True)["anyOf"])
 
 
 def test_exact_rewrites_of_dependencies_and_byte_format(smol_dir):
@@ -218,3 +224,31 @@ def test_both_backends_agree_on_outputs(tiny_dir):
         finally:
             be.close()
 
+
+
+def test_scheduler_leaves_the_front_doors_check_to_the_compile(smol_dir):
+    """The scheduler's ``validate=False`` source is the front door's grammar; an unchecked bad one
+    (a request that skipped the front door) fails that request's compile, naming the problem."""
+    from radixserve.constrained.llg_spec import llguidance_source
+    from radixserve.constrained.registry import make_backend
+    from radixserve.constrained.spec import constraint_of
+
+    good = json.dumps({"type": "object", "properties": {"at": {"type": "string", "format": "date-time"}}})
+    union = json.dumps({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
+                                  {"type": "object", "properties": {"k": {"const": "b"}}, "required": ["k"]}]})
+    for s in (good, union):
+        assert llguidance_source("json", s, "", False) == llguidance_source("json", s, "", True)
+    bad = {"type": "string", "format": "regex"}
+    with pytest.raises(ValueError, match="regex"):
+        check("llguidance", json_schema=bad)
+    tok = _tok(smol_dir)
+    be = make_backend(tok, 49152, (tok.eos_token_id,), SchedulerConfig(json_whitespace_pattern=""))
+    try:
+        c = constraint_of(SamplingParams(json_schema=bad), "", "llguidance", validate=False)
+        be.request(c)
+        got = None
+        while got is None:
+            got = be.poll(c)
+        assert isinstance(got, ValueError) and "regex" in str(got), got
+    finally:
+        be.close()
