@@ -29,17 +29,13 @@ import numpy as np
 from benchmarks.bench_jsonschemabench import MIRROR, Data, sample
 
 
-def measure(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
-    """{schema file: ms} for the schemas the front door accepts: per schema, one untimed call and
-    then the best of ``repeats`` calls back to back, the collector paused."""
-    from radixserve.constrained import llg_spec
-
-    items = sample(Data(MIRROR), per_subset, seed)
+def best_per_schema(per_subset: int, seed: int, repeats: int, once) -> dict[str, float]:
+    """{schema file: ms} for the schemas ``once(schema)`` accepts (no ValueError): per schema,
+    one untimed call and then the best of ``repeats`` calls back to back, the collector paused."""
     out: dict[str, float] = {}
-    for _, name, schema in items:
-        text = json.dumps(schema)
+    for _, name, schema in sample(Data(MIRROR), per_subset, seed):
         try:
-            llg_spec.llguidance_source.__wrapped__("json", text, "")
+            once(schema)
         except ValueError:
             continue
         best = float("inf")
@@ -47,7 +43,7 @@ def measure(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
         try:
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                llg_spec.llguidance_source.__wrapped__("json", text, "")
+                once(schema)
                 best = min(best, time.perf_counter() - t0)
         finally:
             gc.enable()
@@ -55,10 +51,18 @@ def measure(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
     return out
 
 
+def measure(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
+    """The front door alone: rewrites, llguidance grammar and its check."""
+    from radixserve.constrained import llg_spec
+
+    return best_per_schema(per_subset, seed, repeats,
+                           lambda schema: llg_spec.llguidance_source.__wrapped__("json", json.dumps(schema), ""))
+
+
 def measure_request(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
-    """{schema file: ms} of a request's whole grammar path, per schema as ``measure`` times it:
-    the front door's check (``constraint_of`` as request_builder calls it), the scheduler's
-    ``constraint_of`` (unchecked where the tree has ``validate``) and the llguidance compile."""
+    """A request's whole grammar path: the front door's check (``constraint_of`` as
+    request_builder calls it), the scheduler's ``constraint_of`` (unchecked where the tree has
+    ``validate``) and the llguidance compile."""
     import inspect
 
     from radixserve.config import SchedulerConfig
@@ -73,30 +77,16 @@ def measure_request(per_subset: int, seed: int, repeats: int) -> dict[str, float
     be = make_backend(tok, 49152, (tok.eos_token_id,), SchedulerConfig(json_whitespace_pattern=""))
     unchecked = {"validate": False} if "validate" in inspect.signature(constraint_of).parameters else {}
 
-    def once(sp: SamplingParams) -> None:
+    def once(schema: dict) -> None:
+        sp = SamplingParams(json_schema=schema)
         llg_spec.llguidance_source.cache_clear()
         constraint_of(sp, backend="llguidance")
         be.compile(constraint_of(sp, "", "llguidance", **unchecked).source)
 
-    out: dict[str, float] = {}
-    for _, name, schema in sample(Data(MIRROR), per_subset, seed):
-        sp = SamplingParams(json_schema=schema)
-        try:
-            once(sp)
-        except ValueError:
-            continue
-        best = float("inf")
-        gc.disable()
-        try:
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                once(sp)
-                best = min(best, time.perf_counter() - t0)
-        finally:
-            gc.enable()
-        out[name] = best * 1e3
-    be.close()
-    return out
+    try:
+        return best_per_schema(per_subset, seed, repeats, once)
+    finally:
+        be.close()
 
 
 def compare(old: dict[str, float], new: dict[str, float]) -> str:

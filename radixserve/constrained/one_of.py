@@ -98,8 +98,32 @@ def _meet(a: frozenset, b: frozenset) -> bool:
     return bool(a & b) or bool(a & num and "number" in b) or bool(b & num and "number" in a)
 
 
+_PLAIN = frozenset({"enum", "const", "type", "title", "description", "default", "examples", "$comment",
+                    "deprecated", "readOnly", "writeOnly"})
+_TYPE_NAMES = frozenset({"string", "number", "integer", "boolean", "null", "array", "object"})
+
+
+def _plain_accepts(schema: dict, value: str) -> Optional[bool]:
+    """``schema`` (only type / enum / const and annotations) on a string, as jsonschema decides
+    it (a string equals only that string); None when a keyword's value is malformed."""
+    t = schema.get("type", "string")
+    names = [t] if isinstance(t, str) else t
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in _TYPE_NAMES for n in names):
+        return None
+    if "string" not in names:
+        return False
+    enum = schema.get("enum")
+    if enum is not None and (not isinstance(enum, list) or value not in enum):
+        return None if not isinstance(enum, list) else False
+    return "const" not in schema or schema["const"] == value
+
+
 def _accepts_any(schema: Any, values: list, root: Any) -> bool:
     """Whether ``schema`` (a subschema of ``root``) accepts one of ``values``; True when unsure."""
+    if isinstance(schema, dict) and _PLAIN.issuperset(schema) and all(isinstance(v, str) for v in values):
+        got = [_plain_accepts(schema, v) for v in values]  # a discriminator's strings: no validator needed
+        if None not in got:
+            return any(got)
     import jsonschema
 
     try:

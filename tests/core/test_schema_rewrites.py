@@ -146,6 +146,28 @@ def test_disjointness_prover_is_sound():
     assert proven > 100
 
 
+def test_string_discriminators_decided_without_a_validator_agree_with_jsonschema(monkeypatch):
+    """``_accepts_any``'s shortcut (type / enum / const on strings) gives jsonschema's answer on
+    random plain schemas, malformed ones included (those go to jsonschema)."""
+    rng = random.Random(11)
+    words = ["a", "b", "ab", "", "1", "true", "null"]
+    types_ = ["string", "integer", "number", "null", ["string", "null"], ["integer", "boolean"], "strng", [{}], 3]
+    for _ in range(600):
+        schema: dict = {"description": "x"} if rng.random() < 0.3 else {}
+        if rng.random() < 0.8:
+            schema["type"] = rng.choice(types_)
+        if rng.random() < 0.7:
+            schema["enum"] = rng.sample(words + [1, None, True, 1.0], rng.randint(0, 4)) if rng.random() < 0.95 else "a"
+        if rng.random() < 0.3:
+            schema["const"] = rng.choice(words + [1, None])
+        values = rng.sample(words, rng.randint(1, 3))
+        got = one_of._accepts_any(schema, values, {})
+        with monkeypatch.context() as m:
+            m.setattr(one_of, "_PLAIN", frozenset())  # force the validator
+            want = one_of._accepts_any(schema, values, {})
+        assert got == want, (schema, values, got, want)
+
+
 FORMAT_DOCS = {  # format -> (valid strings, invalid strings)
     "uri-reference": (["http://a.b/c?d#e", "../x", "#frag", "//host:80/p", "", "mailto:x@y.z"],
                       ["x y", "http://a:b", 'a"b']),
