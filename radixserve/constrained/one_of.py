@@ -113,8 +113,11 @@ def _plain_accepts(schema: dict, value: str) -> Optional[bool]:
     if "string" not in names:
         return False
     enum = schema.get("enum")
-    if enum is not None and (not isinstance(enum, list) or value not in enum):
-        return None if not isinstance(enum, list) else False
+    if enum is not None:
+        if not isinstance(enum, list):
+            return None
+        if value not in enum:
+            return False
     return "const" not in schema or schema["const"] == value
 
 

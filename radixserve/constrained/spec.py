@@ -145,6 +145,7 @@ def canonical_schema(schema: Any) -> str:
 
 
 def _outlines_source(kind: str, value: str, ws: str, validate: bool = True) -> str:
+    # ``validate`` changes nothing here: the regex built is the compile's own input
     if kind == "json":
         return _schema_regex(value, ws)
     if kind == "choices":

@@ -213,13 +213,12 @@ def run(model: Any, x: torch.Tensor, batch: ForwardBatch, backend: AttentionBack
     locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows, caps = (list(t) for t in zip(*groups))
     cos = [r._buffers["cos"] for r in cache.rotaries]
     sin = [r._buffers["sin"] for r in cache.rotaries]
-    if lora is None:
-        return stack.run(x, batch.positions, cos, sin, locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows,
-                         caps, cache.scaling)
-    cache.set_lora(stack, lora.slots)
-    stack.set_lora_step(lora.rows, lora.bounds, lora.seg_slots)
+    if lora is not None:
+        cache.set_lora(stack, lora.slots)
+        stack.set_lora_step(lora.rows, lora.bounds, lora.seg_slots)
     try:
         return stack.run(x, batch.positions, cos, sin, locs, r2ts, tasks, entry_tok, tok_ptr, tok_entries, windows,
                          caps, cache.scaling)
     finally:
-        stack.clear_lora_step()
+        if lora is not None:
+            stack.clear_lora_step()

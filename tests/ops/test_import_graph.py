@@ -321,3 +321,25 @@ def test_the_dsl_and_the_engine_do_not_depend_on_the_http_server():
                  if m.split(".")[0] == "frontend_lang" or m.startswith("radixserve.engine")
                  if d.startswith("radixserve.server"))
     assert not bad, bad
+
+
+def test_the_kernels_folder_is_not_a_top_level_module(tmp_path):
+    """Outside the repository, ``kernels`` is not this project's folder: that name belongs to Hugging
+    Face's ``kernels`` package, which transformers imports when it is installed; ours is only
+    ``radixserve.kernels``."""
+    import os
+    import subprocess
+    import sys
+
+    # every finder asked on its own, so a mapping that an installed ``kernels`` would hide still shows
+    code = ("import sys, radixserve.kernels as k; print(k.__file__)\n"
+            "for f in sys.meta_path:\n"
+            "    s = f.find_spec('kernels', None) if hasattr(f, 'find_spec') else None\n"
+            "    print(s.origin if s is not None and s.origin else '')")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    ours, *found = out.stdout.splitlines()
+    assert Path(ours).resolve().parent == REPO / "kernels"
+    assert not any(f and Path(f).resolve().is_relative_to(REPO / "kernels") for f in found), found
