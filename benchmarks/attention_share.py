@@ -25,7 +25,7 @@ import numpy as np
 @contextmanager
 def timed_attention(engine: Any) -> Iterator[list[tuple[int, int, float, float]]]:
     """Record (tokens, requests, attention s, layers s) of every model step while inside."""
-    from radixserve.model import layer_stack
+    from radixserve.model.cpu import layer_stack
 
     runner = engine.runner
     model, backend = runner.model, runner.backend

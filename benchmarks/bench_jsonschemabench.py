@@ -96,7 +96,7 @@ def compile_all(eng, schemas: list[dict], backend: str) -> list[tuple[Optional[f
     or (None, None, error).  ``check``: the front door's synchronous validation (request_builder,
     in the HTTP server's process); ``compile``: the scheduler's, from the request's arrival to its
     grammar being ready (the source, unchecked as the scheduler builds it, and the backend's compile)."""
-    from radixserve.constrained.spec import constraint_of
+    from radixserve.constrained.schema.spec import constraint_of
     from radixserve.sampling_params import SamplingParams
 
     def run(sched) -> list:

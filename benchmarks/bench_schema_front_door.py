@@ -53,7 +53,7 @@ def best_per_schema(per_subset: int, seed: int, repeats: int, once) -> dict[str,
 
 def measure(per_subset: int, seed: int, repeats: int) -> dict[str, float]:
     """The front door alone: rewrites, llguidance grammar and its check."""
-    from radixserve.constrained import llg_spec
+    from radixserve.constrained.schema import llg_spec
 
     return best_per_schema(per_subset, seed, repeats,
                            lambda schema: llg_spec.llguidance_source.__wrapped__("json", json.dumps(schema), ""))
@@ -66,9 +66,9 @@ def measure_request(per_subset: int, seed: int, repeats: int) -> dict[str, float
     import inspect
 
     from radixserve.config import SchedulerConfig
-    from radixserve.constrained import llg_spec
-    from radixserve.constrained.registry import make_backend
-    from radixserve.constrained.spec import constraint_of
+    from radixserve.constrained.schema import llg_spec
+    from radixserve.constrained.runtime.registry import make_backend
+    from radixserve.constrained.schema.spec import constraint_of
     from radixserve.model.loader import resolve_hf_dir
     from radixserve.sampling_params import SamplingParams
     from radixserve.tokenizer import load_light_tokenizer

@@ -60,10 +60,10 @@ def bench_compile(eng: Engine, backend_name: str) -> dict:
     """Compile time per grammar with ``backend_name``: the front door's translation and
     validation (``constraint_of``, memo caches cleared) plus the backend's compile, on a
     fresh backend (nothing cached, one worker, its process or thread started first)."""
-    from radixserve.constrained.registry import make_backend
-    from radixserve.constrained.json_schema import schema_to_regex  # noqa: F401 - imported outside the timings
-    from radixserve.constrained.llg_spec import llguidance_source
-    from radixserve.constrained.spec import _schema_regex, constraint_of
+    from radixserve.constrained.runtime.registry import make_backend
+    from radixserve.constrained.schema.json_schema import schema_to_regex  # noqa: F401 - imported outside the timings
+    from radixserve.constrained.schema.llg_spec import llguidance_source
+    from radixserve.constrained.schema.spec import _schema_regex, constraint_of
     from radixserve.sampling_params import SamplingParams
 
     cfg = dataclasses.replace(eng.scheduler.cfg, grammar_backend=backend_name, grammar_compile_workers=1)

@@ -57,8 +57,8 @@ def make_checker(mode: str) -> Callable[[Any], tuple[Optional[Callable[[str], bo
     """``compile(schema) -> (producible(doc) or None when refused, refusal message)``."""
     from llguidance import LLMatcher, LLTokenizer
 
-    from radixserve.constrained.llg_spec import exact, json_options, overlap_report, tighten
-    from radixserve.constrained.vocab import find_backend
+    from radixserve.constrained.schema.llg_spec import exact, json_options, overlap_report, tighten
+    from radixserve.constrained.runtime.vocab import find_backend
     from radixserve.model.loader import resolve_hf_dir
     from radixserve.tokenizer import load_light_tokenizer
 

@@ -12,8 +12,9 @@ import re
 
 import torch
 
-from radixserve.model import calibration, loader
-from radixserve.model.quant import QuantLinear
+from radixserve.model import loader
+from radixserve.model.quant import calibration
+from radixserve.model.quant.linear import QuantLinear
 from radixserve.worker.tuning.quant_accuracy import lower_bound
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from radixserve.config import DEFAULT_GRAMMAR_BACKEND
-from radixserve.constrained.spec import constraint_of
+from radixserve.constrained.schema.spec import constraint_of
 from radixserve.embedding import check_pooling
 from radixserve.ipc.server_link import TokenizedRequest
 from radixserve.ipc.worker_link import WorkerInfo

@@ -31,13 +31,13 @@ from typing import Any, Generic, Optional, TypeVar, Union
 import numpy as np
 
 from radixserve.config import SchedulerConfig
-from radixserve.constrained import budget
-from radixserve.constrained.backend import GrammarBackend
-from radixserve.constrained.registry import make_backend
-from radixserve.constrained.fsm_state import GrammarState
-from radixserve.constrained.jump_forward import plan_jump
+from radixserve.constrained.schema import budget
+from radixserve.constrained.runtime.backend import GrammarBackend
+from radixserve.constrained.runtime.registry import make_backend
+from radixserve.constrained.runtime.fsm_state import GrammarState
+from radixserve.constrained.runtime.jump_forward import plan_jump
 from radixserve.constrained.protocols import GrammarRequest, GrammarSampling
-from radixserve.constrained.spec import Constraint, constraint_of
+from radixserve.constrained.schema.spec import Constraint, constraint_of
 from radixserve.request import FinishReason
 
 logger = logging.getLogger(__name__)

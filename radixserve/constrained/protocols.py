@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol, Union
 
-from radixserve.constrained.fsm_state import GrammarState
+from radixserve.constrained.runtime.fsm_state import GrammarState
 
 
 class GrammarSampling(Protocol):

@@ -54,7 +54,7 @@ def resolve_hf_dir(path: Optional[str], show_progress: bool = False) -> str:
 
 def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
     """The cached Hugging Face directory of a GGUF file, converted once (``gguf_convert``)."""
-    from radixserve.model.gguf_convert import convert_gguf
+    from radixserve.model.gguf.convert import convert_gguf
 
     st = os.stat(gguf_path)
     name = os.path.basename(gguf_path).removesuffix(".gguf")
@@ -120,9 +120,9 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
     rank's group and ``TPLayout`` (each full tensor is read, then sliced to the rank's part).
     ``packed``: dense linear weights (and the LM head) go to oneDNN's packed layout
     (``model/packed_linear.py``) once everything else is done."""
-    from radixserve.model.fused_ops import select_ops
+    from radixserve.model.cpu.fused_ops import select_ops
     from radixserve.model.registry import model_class
-    from radixserve.model.rotary import RotaryEmbedding
+    from radixserve.model.layers.rotary import RotaryEmbedding
 
     with torch.device(device):
         model = model_class(config)(config, max_positions, select_ops(device, dtype), tp, layout)
@@ -135,9 +135,9 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
         weights = tqdm(weights, desc="Loading weights", unit="tensor")
     model.load_weights(weights)
     if quantization != "none":
-        from radixserve.model.calibration import cached_input_scales
-        from radixserve.model.quant import quantize_linears
-        from radixserve.model.quant_head import quantize_lm_head
+        from radixserve.model.quant.calibration import cached_input_scales
+        from radixserve.model.quant.linear import quantize_linears
+        from radixserve.model.quant.head import quantize_lm_head
 
         scales = cached_input_scales(model, hf_dir, quantization, cache_root())
         quantize_linears(model, quantization, dtype, max_m, scales)
@@ -147,7 +147,7 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
     for rotary in {id(m): m for m in model.modules() if isinstance(m, RotaryEmbedding)}.values():
         rotary.cos, rotary.sin = rotary.cos.float(), rotary.sin.float()
     if packed:
-        from radixserve.model.packed_linear import pack_linears
+        from radixserve.model.quant.packed import pack_linears
 
         pack_linears(model)
     return model.eval()

@@ -1,16 +1,18 @@
 """Which class serves a Hugging Face ``model_type``: the one table of architectures.
 
-An architecture file registers its class with ``@register("model_type", ...)``; ``FAMILIES``
-lists the modules imported (lazily, on the first lookup) so that their decorators run.
+A family is one module of ``radixserve.model.arch``; it registers its class once, with
+``@register("model_type", ...)``.  The first lookup imports every module of that package (as
+SGLang's ``models/registry.py`` walks its ``models`` folder), so a new file is found without
+being listed anywhere else.
 ``model_class(config)`` returns the class or raises ValueError naming the architecture or the
 config feature that is not built, so a load never runs a model silently wrong.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any, Callable
 
-FAMILIES = ("llama", "qwen3", "phi3", "gemma", "moe_families", "deepseek_v2")
 _ARCHITECTURES: dict[str, type] = {}
 _imported = False
 
@@ -28,12 +30,10 @@ def architectures() -> dict[str, type]:
     """Every registered ``model_type`` and its class."""
     global _imported
     if not _imported:
-        for fam in FAMILIES:
-            try:
-                importlib.import_module(f"radixserve.model.{fam}")
-            except ModuleNotFoundError as e:
-                if e.name != f"radixserve.model.{fam}":
-                    raise
+        from radixserve.model import arch
+
+        for info in pkgutil.iter_modules(arch.__path__):
+            importlib.import_module(f"{arch.__name__}.{info.name}")
         _imported = True
     return dict(_ARCHITECTURES)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from radixserve.constrained.fsm_state import GrammarState
+from radixserve.constrained.runtime.fsm_state import GrammarState
 from radixserve.ipc.worker_link import TokenLogprob
 from radixserve.mem_cache.tree_node import TreeNode
 from radixserve.request import FinishReason, ReqStatus

@@ -18,7 +18,7 @@ import pytest
 from tests.helpers.models import make_engine
 from tests.helpers.constrained_cases import (JF_SCHEMAS, REGEX_TOKENS, REGEXES, SCHEMA_TOKENS, SCHEMAS, TINY_CASES, UNCONSTRAINED,
                                              valid)
-from radixserve.constrained.json_schema import int_regex, number_regex
+from radixserve.constrained.schema.json_schema import int_regex, number_regex
 from radixserve.detokenizer.incremental import trim_stop
 
 PATHOLOGICAL = r"(a|b)*a(a|b){18}"  # the classic exponential DFA (for outlines-core's automaton)
@@ -93,7 +93,7 @@ def test_invalid_constraints_raise_value_error(tiny_dir, backend):
 def test_vocabulary_bytes_match_the_tokenizer(smol_dir):
     from transformers import AutoTokenizer
 
-    from radixserve.constrained.vocab import TokenVocab
+    from radixserve.constrained.runtime.vocab import TokenVocab
     from radixserve.tokenizer import load_light_tokenizer
 
     tok = AutoTokenizer.from_pretrained(smol_dir)
@@ -111,7 +111,7 @@ def test_vocabulary_bytes_match_the_tokenizer(smol_dir):
 def test_outlines_refuses_an_empty_subschema():
     """outlines-core's own regex for ``{}`` inside an object accepted text that is not JSON
     (JSONSchemaBench, Snowplow sp_141): refused, naming it, rather than weakened."""
-    from radixserve.constrained.json_schema import schema_to_regex
+    from radixserve.constrained.schema.json_schema import schema_to_regex
 
     s = {"type": "object", "properties": {"attributes": {"description": "anything"}, "name": {"type": "string"}}}
     with pytest.raises(ValueError, match=r"empty subschema .*\(at /properties/attributes\)"):

@@ -65,7 +65,7 @@ def test_unsupported_keyword_is_refused_naming_it(schema, keyword):
 
 
 def test_schema_tightenings_keep_outputs_valid():
-    from radixserve.constrained.llg_spec import close_objects, tighten
+    from radixserve.constrained.schema.llg_spec import close_objects, tighten
 
     s = {"type": "object", "properties": {"zip": {"type": "string", "pattern": "[0-9]{5}"},
                                           "tag": {"type": "string", "pattern": "^a"}}, "required": ["zip"],
@@ -93,8 +93,8 @@ def test_exact_rewrites_of_dependencies_and_byte_format(smol_dir):
     import jsonschema
     from llguidance import LLMatcher, LLTokenizer
 
-    from radixserve.constrained.llg_spec import llguidance_source
-    from radixserve.constrained.vocab import find_backend
+    from radixserve.constrained.schema.llg_spec import llguidance_source
+    from radixserve.constrained.runtime.vocab import find_backend
 
     tok = _tok(smol_dir)
     llt = LLTokenizer(find_backend(tok).to_str(), eos_token=[tok.eos_token_id])
@@ -132,8 +132,8 @@ def _tok(smol_dir):
 def test_splice_equals_token_by_token(smol_dir, backend):
     """A jump (``splice``) reaches the state that accepting the same tokens one by one
     reaches: same masks, same forced text, same outcome; the queries change nothing."""
-    from radixserve.constrained.registry import make_backend
-    from radixserve.constrained.spec import constraint_of
+    from radixserve.constrained.runtime.registry import make_backend
+    from radixserve.constrained.schema.spec import constraint_of
 
     tok = _tok(smol_dir)
     eos = (tok.eos_token_id,) if getattr(tok, "eos_token_id", None) is not None else (2,)
@@ -196,8 +196,8 @@ def test_engine_ebnf_and_pathological_regex(tiny_dir):
 
 def test_both_backends_agree_on_outputs(tiny_dir):
     """Outputs written under one backend are accepted, token by token, by the other."""
-    from radixserve.constrained.registry import make_backend
-    from radixserve.constrained.spec import constraint_of
+    from radixserve.constrained.runtime.registry import make_backend
+    from radixserve.constrained.schema.spec import constraint_of
 
     rng = random.Random(5)
     specs = [{"json_schema": SCHEMAS[i][1]} for i in (0, 7, 17, 25)] + [{"regex": r"[0-9]{4}-[0-9]{2}-[0-9]{2}"}]
@@ -229,9 +229,9 @@ def test_both_backends_agree_on_outputs(tiny_dir):
 def test_scheduler_leaves_the_front_doors_check_to_the_compile(smol_dir):
     """The scheduler's ``validate=False`` source is the front door's grammar; an unchecked bad one
     (a request that skipped the front door) fails that request's compile, naming the problem."""
-    from radixserve.constrained.llg_spec import llguidance_source
-    from radixserve.constrained.registry import make_backend
-    from radixserve.constrained.spec import constraint_of
+    from radixserve.constrained.schema.llg_spec import llguidance_source
+    from radixserve.constrained.runtime.registry import make_backend
+    from radixserve.constrained.schema.spec import constraint_of
 
     good = json.dumps({"type": "object", "properties": {"at": {"type": "string", "format": "date-time"}}})
     union = json.dumps({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},

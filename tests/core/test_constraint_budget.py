@@ -9,7 +9,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from radixserve.constrained import budget
+from radixserve.constrained.schema import budget
 from radixserve.sampling_params import SamplingParams
 from tests.helpers.models import make_engine
 

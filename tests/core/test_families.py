@@ -57,7 +57,7 @@ def test_ngram_speculation_keeps_transformers_tokens(family):
 def test_int8_weights_serve_other_dense_families(name, tmp_path, smol_dir):
     """``quantization=int8`` quantizes these families' linear layers too (their tied heads give
     wide top-2 margins, so int8 keeps transformers' fp32 greedy tokens)."""
-    from radixserve.model.quant import QuantLinear
+    from radixserve.model.quant.linear import QuantLinear
 
     hf = build_family(name, str(tmp_path), smol_dir)
     eng = make_engine(str(tmp_path), dtype="bfloat16", quantization="int8", max_total_tokens=1024)

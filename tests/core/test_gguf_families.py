@@ -1,6 +1,6 @@
 """A user's GGUF files of every family: the tiny checkpoints of tests/helpers/families.py written
 as llama.cpp's convert_hf_to_gguf.py writes them (tests/helpers/gguf_writer.py), loaded by
-radixserve through its GGUF conversion (radixserve/model/gguf_convert.py).  F32 files give
+radixserve through its GGUF conversion (radixserve/model/gguf/convert.py).  F32 files give
 transformers' greedy tokens and prompt logprobs on the original checkpoint; a Q8_0 file's
 agreement is reported; the chat template survives; files radixserve cannot read raise a
 ValueError naming the architecture and GGUF."""

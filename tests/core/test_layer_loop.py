@@ -14,8 +14,9 @@ from torch import nn
 
 from tests.helpers.models import make_engine
 from radixserve.kernels import cpu_native
-from radixserve.model import layer_loop, layer_stack, packed_linear
-from radixserve.model.packed_linear import PackedLinear
+from radixserve.model.cpu import layer_loop, layer_stack
+from radixserve.model.quant import packed as packed_linear
+from radixserve.model.quant.packed import PackedLinear
 from radixserve.worker import model_runner
 from radixserve.worker.tuning.numerics_choice import Numerics
 

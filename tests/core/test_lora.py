@@ -226,7 +226,7 @@ def test_the_kernel_on_odd_widths_against_a_plain_reference():
 def test_the_layer_stack_adds_the_deltas_bit_for_bit_as_the_python_loop(engine, monkeypatch):
     """A mixed batch on the kernel path: the native layer stack (set_lora / set_lora_step) runs
     its steps, and gives exactly the tokens and logprobs of the Python layer loop."""
-    from radixserve.model import layer_stack
+    from radixserve.model.cpu import layer_stack
 
     real, ran = layer_stack.run, []
 
@@ -252,7 +252,7 @@ def test_the_layer_stack_adds_the_deltas_bit_for_bit_as_the_python_loop(engine, 
 
 def test_the_stacked_gemm_path_stays_in_python(engine, monkeypatch):
     """The GEMM path is not the stack's: a step pinned to it runs the Python loop."""
-    from radixserve.model import layer_stack
+    from radixserve.model.cpu import layer_stack
 
     real, ran = layer_stack.run, []
     monkeypatch.setattr(layer_stack, "run", lambda m, x, b, be, lora=None: ran.append(lora) or real(m, x, b, be, lora))

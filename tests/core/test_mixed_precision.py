@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from radixserve.kernels import cpu_native
-from radixserve.model import calibration, loader, packed_linear
+from radixserve.model import loader
+from radixserve.model.quant import calibration, packed as packed_linear
 
 SEQS = [[1, 5, 9, 200, 31, 7], [3, 4, 1000, 17]]
 

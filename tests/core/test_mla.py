@@ -10,9 +10,9 @@ import torch
 from radixserve.attention.base import ForwardMode
 from radixserve.attention.torch_native import TorchNativeBackend
 from radixserve.mem_cache.kv_pool import KVPool
-from radixserve.model.deepseek_v2 import DeepseekMoE, DeepseekV2ForCausalLM
-from radixserve.model.fused_ops import TorchOps
-from radixserve.model.quant import QuantLinear
+from radixserve.model.arch.deepseek_v2 import DeepseekMoE, DeepseekV2ForCausalLM
+from radixserve.model.cpu.fused_ops import TorchOps
+from radixserve.model.quant.linear import QuantLinear
 from radixserve.parallel.layout import TPLayout
 from tests.helpers.attention_cases import paged_batch
 from tests.helpers.families import FAMILIES, build_family

@@ -1,5 +1,5 @@
-"""The sparse mixture-of-experts block (radixserve/model/moe.py) against transformers 5.25's
-blocks, and the MoE families' loading and limits (model/moe_families.py).  Whole models against
+"""The sparse mixture-of-experts block (radixserve/model/layers/moe.py) against transformers 5.25's
+blocks, and the MoE families' loading and limits (model/layers/moe_decoder.py, model/arch/mixtral.py, model/arch/qwen_moe.py).  Whole models against
 transformers: test_families.py ("mixtral", "qwen2_moe", "qwen3_moe" in tests/helpers/families.py)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from radixserve.model.moe import DenseProjection, Experts, Routing, SparseMoE, route
+from radixserve.model.layers.moe import DenseProjection, Experts, Routing, SparseMoE, route
 from tests.helpers.families import FAMILIES, build_family
 
 H, E, INTER, SHARED = 64, 8, 32, 48
@@ -207,7 +207,7 @@ def test_a_missing_expert_is_named(tmp_path):
 
 @pytest.mark.parametrize("name", MOE_FAMILIES)
 def test_layers_are_sparse_or_dense_as_configured_and_never_native(name):
-    from radixserve.model.layers import GatedMLP
+    from radixserve.model.layers.norm_mlp import GatedMLP
     from radixserve.model.registry import model_class
     from radixserve.parallel.layout import TPLayout
 
@@ -228,7 +228,7 @@ def test_layers_are_sparse_or_dense_as_configured_and_never_native(name):
 
 
 def test_int8_quantizes_dense_layers_and_keeps_router_and_experts_dense(tmp_path, smol_dir, monkeypatch):
-    from radixserve.model.quant import QuantLinear
+    from radixserve.model.quant.linear import QuantLinear
     from tests.helpers.models import make_engine
 
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / "cache"))

@@ -190,7 +190,7 @@ def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path
     assert calls == (["float32", "float32+packed"] if "float32+packed" in t else [])
     calls.clear()
     assert resolve(dtype="float32") == Numerics(torch.float32) and calls == []  # cached
-    assert resolve(dtype="bf16", quantization="none") == Numerics(torch.bfloat16, packed=packs)
+    assert resolve(dtype="bfloat16", quantization="none") == Numerics(torch.bfloat16, packed=packs)
     assert calls == (["bfloat16", "bfloat16+packed"] if packs else [])
     assert resolve(quantization="int4") == Numerics(torch.bfloat16, "int4", packed=packs)
     assert resolve(dtype="float32", quantization="w8a8") == Numerics(torch.float32, "w8a8")

@@ -1,4 +1,4 @@
-"""Dense linear layers on oneDNN's prepacked weights (``radixserve/model/packed_linear.py``): the
+"""Dense linear layers on oneDNN's prepacked weights (``radixserve/model/quant/packed.py``): the
 same products as ``F.linear``, the model converted in place (decoder linears, a quantized
 layer's dense fallback, the LM head), and greedy equality with HF through an Engine."""
 from __future__ import annotations
@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.helpers.models import hf_greedy, make_engine
-from radixserve.model import calibration, loader, packed_linear
-from radixserve.model.packed_linear import PackedLinear, pack_linears
-from radixserve.model.quant import QuantLinear
+from radixserve.model import loader
+from radixserve.model.quant import calibration, packed as packed_linear
+from radixserve.model.quant.packed import PackedLinear, pack_linears
+from radixserve.model.quant.linear import QuantLinear
 from radixserve.worker import model_runner
 from radixserve.worker.tuning.numerics_choice import Numerics
 

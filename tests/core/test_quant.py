@@ -1,4 +1,4 @@
-"""Quantized linear layers (radixserve/model/quant.py), their calibration (model/calibration.py),
+"""Quantized linear layers (radixserve/model/quant/linear.py), their calibration (model/calibration.py),
 and the ``quantization`` option of ModelConfig, the CLI and the Engine.  Correctness only."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from torch import nn
 from radixserve import cli
 from radixserve.config import EngineConfig, ModelConfig
 from radixserve.kernels import cpu_native
-from radixserve.model import calibration, quant
-from radixserve.model.quant import (METHODS, QuantLinear, dequantize_int4, dequantize_int8, fake_quantize,
+from radixserve.model.quant import calibration, linear as quant
+from radixserve.model.quant.linear import (METHODS, QuantLinear, dequantize_int4, dequantize_int8, fake_quantize,
                                     quantize_int4, quantize_int8, quantize_linears, search_in_scale, supports)
 
 torch.manual_seed(0)
@@ -240,7 +240,7 @@ def test_int8_without_the_native_library_uses_torchs_kernel(monkeypatch):
 @native
 def test_quantize_lm_head_for_weight_only_methods(tiny_dir):
     from radixserve.model import loader
-    from radixserve.model.quant_head import dequantize_int8_grouped, quantize_int8_grouped, quantize_lm_head
+    from radixserve.model.quant.head import dequantize_int8_grouped, quantize_int8_grouped, quantize_lm_head
 
     model = loader.load_model(loader.load_config(tiny_dir), tiny_dir, torch.float32, torch.device("cpu"), 64)
     assert not quantize_lm_head(model, "w8a8") and model.lm_head_quant is None
@@ -259,7 +259,7 @@ def test_quantize_lm_head_for_weight_only_methods(tiny_dir):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("m,k", [(1, 576), (5, 64), (2, 96)])  # K % 64 != 0 runs the fp32 product
 def test_native_int8_linear_with_grouped_scales(dtype, m, k):
-    from radixserve.model.quant_head import dequantize_int8_grouped, quantize_int8_grouped
+    from radixserve.model.quant.head import dequantize_int8_grouped, quantize_int8_grouped
 
     gen = torch.Generator().manual_seed(k + m)
     w = torch.randn(37, k, generator=gen) * torch.rand(1, k, generator=gen)  # scales differ by group

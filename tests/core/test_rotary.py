@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixserve.model.fused_ops import TorchOps
-from radixserve.model.rotary import build_rotary
+from radixserve.model.cpu.fused_ops import TorchOps
+from radixserve.model.layers.rotary import build_rotary
 
 HEAD, POSITIONS, ORIG = 32, 300, 128
 VARIANTS = {

@@ -11,8 +11,8 @@ import random
 import jsonschema
 import pytest
 
-from radixserve.constrained import one_of
-from radixserve.constrained.llg_spec import llguidance_source
+from radixserve.constrained.schema import one_of
+from radixserve.constrained.schema.llg_spec import llguidance_source
 
 TAGGED = {"oneOf": [
     {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}, "required": ["kind", "r"]},
@@ -42,7 +42,7 @@ CASES = [
 def matcher(smol_dir):
     from llguidance import LLMatcher, LLTokenizer
 
-    from radixserve.constrained.vocab import find_backend
+    from radixserve.constrained.runtime.vocab import find_backend
     from radixserve.tokenizer import load_light_tokenizer
 
     tok = load_light_tokenizer(smol_dir)
@@ -224,7 +224,7 @@ def compile_exact(schema: dict) -> str:
     """The grammar of ``llg_spec.exact`` (the rewrites without the served narrowings)."""
     from llguidance import LLMatcher
 
-    from radixserve.constrained.llg_spec import exact, json_options
+    from radixserve.constrained.schema.llg_spec import exact, json_options
 
     grammar = LLMatcher.grammar_from_json_schema(json.dumps(exact(schema)), overrides=json_options(""))
     err = LLMatcher.validate_grammar(grammar)

@@ -10,8 +10,8 @@ import json
 import jsonschema
 import pytest
 
-from radixserve.constrained import shared_leaves
-from radixserve.constrained.llg_spec import close_objects, llguidance_source
+from radixserve.constrained.schema import shared_leaves
+from radixserve.constrained.schema.llg_spec import close_objects, llguidance_source
 from tests.core.test_schema_rewrites import matcher  # noqa: F401  (the fixture)
 
 DATE = {"type": "string", "format": "date", "description": "a day"}

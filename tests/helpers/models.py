@@ -49,7 +49,7 @@ def pinned_dense_kernel(path: Optional[str], device: str = "cpu") -> str:
     elsewhere.  The choice rests on the model's shape and the build's capabilities alone, so a
     given checkout and torch run the same path on every machine; tests of one path ask for it
     by name."""
-    from radixserve.model.packed_linear import available
+    from radixserve.model.quant.packed import available
 
     cfg = Path(path) / "config.json" if path else None
     hidden = json.loads(cfg.read_text()).get("hidden_size", 0) if cfg is not None and cfg.is_file() else None

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from radixserve.kernels import cpu_native
-from radixserve.model import blocked
-from radixserve.model.quant import QuantLinear, dequantize_int4, quantize_int4
+from radixserve.model.quant import blocked
+from radixserve.model.quant.linear import QuantLinear, dequantize_int4, quantize_int4
 
 pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="native CPU kernels did not build")
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from radixserve.kernels import cpu_native
-from radixserve.model.fused_ops import NativeCpuOps, TorchOps, select_ops
-from radixserve.model.rotary import RotaryEmbedding
+from radixserve.model.cpu.fused_ops import NativeCpuOps, TorchOps, select_ops
+from radixserve.model.layers.rotary import RotaryEmbedding
 
 pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: tests/kernels/test_attention_cpu.py covers the fallback")
 TOL = {torch.float32: 2e-6, torch.bfloat16: 1e-2}

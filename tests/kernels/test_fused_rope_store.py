@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from radixserve.kernels import cpu_native
-from radixserve.model.fused_ops import NativeCpuOps, TorchOps
-from radixserve.model.rotary import RotaryEmbedding
+from radixserve.model.cpu.fused_ops import NativeCpuOps, TorchOps
+from radixserve.model.layers.rotary import RotaryEmbedding
 
 pytestmark = pytest.mark.skipif(not cpu_native.load(), reason="no C++ compiler: the model keeps the unfused path")
 DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

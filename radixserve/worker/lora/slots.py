@@ -33,8 +33,8 @@ FUSED = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",), "gate_up": ("g
 def geometry(model: Any) -> dict[str, tuple[int, tuple[int, ...]]]:
     """``{fused module: (in features, out features of each part)}`` of the model's layers, or
     ValueError when its layers are not the plain decoder layer LoRA is built for."""
-    from radixserve.model.decoder import Attention
-    from radixserve.model.layers import GatedMLP
+    from radixserve.model.layers.decoder import Attention
+    from radixserve.model.layers.norm_mlp import GatedMLP
 
     layer = model.layers[0]
     attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)

@@ -14,7 +14,7 @@ from radixserve.config import EngineConfig
 def check_pipeline(cfg: EngineConfig) -> None:
     """Raise ValueError naming the flag that pipeline parallelism (``pp_size > 1``) cannot serve."""
     from radixserve.model import loader
-    from radixserve.model.decoder import DecoderLM
+    from radixserve.model.layers.decoder import DecoderLM
     from radixserve.model.registry import model_class
 
     pp = cfg.parallel.pp_size

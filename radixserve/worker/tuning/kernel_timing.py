@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from radixserve.kernels import cpu_native
-from radixserve.model import packed_linear
-from radixserve.model.packed_linear import PackedLinear
-from radixserve.model.quant import FORMAT_VERSION, METHODS, QuantLinear, supports
+from radixserve.model.quant import packed as packed_linear
+from radixserve.model.quant.packed import PackedLinear
+from radixserve.model.quant.linear import FORMAT_VERSION, METHODS, QuantLinear, supports
 from radixserve.worker.tuning import json_cache
 
 PROBE_M = (1, 2, 4, 8, 16, 64, 256, 1024)  # decode batches ... prefill chunks

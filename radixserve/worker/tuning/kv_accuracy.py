@@ -25,7 +25,8 @@ import torch
 
 from radixserve.config import CacheConfig
 from radixserve.mem_cache import kv_quant
-from radixserve.model import calibration, loader
+from radixserve.model import loader
+from radixserve.model.quant import calibration
 from radixserve.worker.tuning import json_cache
 from radixserve.worker.tuning.quant_accuracy import BAR, lower_bound
 

@@ -40,8 +40,9 @@ from typing import Any, Callable, Optional
 import torch
 
 from radixserve.config import DenseKernel, ModelConfig
-from radixserve.model import loader, packed_linear
-from radixserve.model.quant import METHODS
+from radixserve.model import loader
+from radixserve.model.quant import packed as packed_linear
+from radixserve.model.quant.linear import METHODS
 from radixserve.worker.tuning import quant_accuracy
 from radixserve.worker.tuning.kernel_timing import COLD_MAX_M, DENSE, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
     linear_shapes, measured_timings, packed_paths, time_path

@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from radixserve.model import calibration, loader, quant
+from radixserve.model import loader
+from radixserve.model.quant import calibration, linear as quant
 from radixserve.worker.tuning import json_cache
 
 logger = logging.getLogger(__name__)
