@@ -111,7 +111,7 @@ class SamplingParams:
     json_schema: Union[str, dict, None] = None
     choices: Optional[list[str]] = None
     # what a constrained output does at max_new_tokens: "cut" (stop where it stands) or "close"
-    # (near the end, steer to its shortest valid ending: constrained/budget.py)
+    # (near the end, steer to its shortest valid ending: constrained/schema/budget.py)
     constraint_budget: str = "cut"
     # SGLang fields (see the class docstring)
     stop_regex: Union[str, list[str], None] = None

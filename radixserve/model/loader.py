@@ -1,6 +1,6 @@
 """Find, convert and load checkpoints: a Hugging Face directory or a GGUF file.
 
-GGUF files (as llama.cpp writes them) are dequantized once by ``gguf_convert`` (config from
+GGUF files (as llama.cpp writes them) are dequantized once by ``gguf/convert.py`` (config from
 the metadata, llama.cpp's tensor names and rewrites undone, transformers' GGUF tokenizer) and
 cached as a Hugging Face directory under ``$RADIXSERVE_CACHE`` (default
 ``~/.cache/radixserve``), so later loads take seconds.
@@ -53,7 +53,7 @@ def resolve_hf_dir(path: Optional[str], show_progress: bool = False) -> str:
 
 
 def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
-    """The cached Hugging Face directory of a GGUF file, converted once (``gguf_convert``)."""
+    """The cached Hugging Face directory of a GGUF file, converted once (``gguf/convert.py``)."""
     from radixserve.model.gguf.convert import convert_gguf
 
     st = os.stat(gguf_path)
@@ -113,13 +113,13 @@ def load_model(config: Any, hf_dir: str, dtype: torch.dtype, device: torch.devic
                max_m: Optional[int] = None, tp: Any = None, layout: Any = None,
                packed: bool = False) -> torch.nn.Module:
     """The model in eval mode, weights in ``dtype``.  With a ``quantization`` method
-    (``model/quant.py``) the weights load in fp32, the decoder's linear layers are quantized
-    from them (for ``dtype`` activations, with input scales from ``model/calibration.py``;
+    (``model/quant/linear.py``) the weights load in fp32, the decoder's linear layers are quantized
+    from them (for ``dtype`` activations, with input scales from ``model/quant/calibration.py``;
     ``max_m``: see QuantLinear), then the rest is cast to ``dtype``: the fp32 copy is
     transient (4 bytes per parameter while loading).  ``tp``/``layout``: a tensor-parallel
     rank's group and ``TPLayout`` (each full tensor is read, then sliced to the rank's part).
     ``packed``: dense linear weights (and the LM head) go to oneDNN's packed layout
-    (``model/packed_linear.py``) once everything else is done."""
+    (``model/quant/packed.py``) once everything else is done."""
     from radixserve.model.cpu.fused_ops import select_ops
     from radixserve.model.registry import model_class
     from radixserve.model.layers.rotary import RotaryEmbedding

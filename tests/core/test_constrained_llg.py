@@ -59,7 +59,7 @@ def test_unsupported_keyword_is_refused_naming_it(schema, keyword):
     with pytest.raises(ValueError) as e:
         check("llguidance", json_schema=schema)
     msg = str(e.value)
-    # llguidance's own refusal, or a rewrite's (constrained/rewrites.py) naming the keyword and path
+    # llguidance's own refusal, or a rewrite's (constrained/schema/rewrites.py) naming the keyword and path
     assert msg.startswith(("sampling_params.json_schema: unsupported or invalid schema",
                            f"sampling_params.json_schema: '{keyword}' at #")) and keyword in msg, msg
 

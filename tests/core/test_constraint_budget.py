@@ -1,4 +1,4 @@
-"""``constraint_budget: "close"`` (constrained/budget.py): near ``max_new_tokens`` the mask is
+"""``constraint_budget: "close"`` (constrained/schema/budget.py): near ``max_new_tokens`` the mask is
 narrowed, never widened, toward the shortest valid ending, so outputs that "cut" leaves unfinished
 finish valid; unit checks of the nesting count and the narrowing."""
 from __future__ import annotations

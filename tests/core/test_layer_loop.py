@@ -1,4 +1,4 @@
-"""The low-overhead decode paths (model/layer_loop.py, model/layer_stack.py and the fused
+"""The low-overhead decode paths (model/cpu/layer_loop.py, model/cpu/layer_stack.py and the fused
 rotary + K/V store) compute exactly what the module path computes: same tokens, same logprobs
 to the bit, fp32 and bf16, dense (plain and packed), int4 and int8 weights, over prefill, shared
 prefixes and decode.  Whether dense weights are packed is pinned (``dense_kernel``), never left

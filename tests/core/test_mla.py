@@ -1,4 +1,4 @@
-"""Multi-head latent attention (``model/mla.py``, DeepSeek-V2/V3): the pool holds one compressed
+"""Multi-head latent attention (``model/layers/mla.py``, DeepSeek-V2/V3): the pool holds one compressed
 vector per token and layer (K and V in one tensor), the attention module and the DeepSeek MoE
 block alone match transformers' on random inputs, tensor parallelism is refused and
 quantization runs.  Whole models against transformers: tests/core/test_families.py."""

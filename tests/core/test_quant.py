@@ -1,4 +1,4 @@
-"""Quantized linear layers (radixserve/model/quant/linear.py), their calibration (model/calibration.py),
+"""Quantized linear layers (radixserve/model/quant/linear.py), their calibration (model/quant/calibration.py),
 and the ``quantization`` option of ModelConfig, the CLI and the Engine.  Correctness only."""
 from __future__ import annotations
 

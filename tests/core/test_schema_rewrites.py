@@ -1,5 +1,5 @@
 """Schema rewrites that widen what constrained generation accepts without weakening it
-(``constrained/one_of.py``, ``constrained/llg_spec.py``): each rewritten schema's grammar accepts
+(``constrained/schema/one_of.py``, ``constrained/schema/llg_spec.py``): each rewritten schema's grammar accepts
 exactly the documents ``jsonschema`` accepts, on documents chosen to tell the exact meaning from the
 weakened one; a rewrite that cannot be proven is a refusal naming the keyword and its path; and the
 disjointness prover is sound on random schemas and values."""

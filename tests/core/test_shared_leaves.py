@@ -1,4 +1,4 @@
-"""Repeated string leaves compiled once (``constrained/shared_leaves.py``): the shared schema means
+"""Repeated string leaves compiled once (``constrained/schema/shared_leaves.py``): the shared schema means
 what the schema meant (``jsonschema`` on documents that tell a date from a non-date, a null from a
 missing value), the grammar llguidance compiles from it accepts exactly those documents, and
 nothing is shared where a ``$ref`` could resolve elsewhere."""

@@ -1,4 +1,4 @@
-"""The native blocked low-bit linear (kernels/cpu/blocked_linear.cpp, model/blocked.py):
+"""The native blocked low-bit linear (kernels/cpu/blocked_linear.cpp, model/quant/blocked.py):
 packing, the kernel against a float64 replica of its arithmetic and against the
 dequantized weights, its use by the int4 QuantLinear and the int8 LM head, and bad inputs."""
 from __future__ import annotations

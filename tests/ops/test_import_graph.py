@@ -343,3 +343,24 @@ def test_the_kernels_folder_is_not_a_top_level_module(tmp_path):
     ours, *found = out.stdout.splitlines()
     assert Path(ours).resolve().parent == REPO / "kernels"
     assert not any(f and Path(f).resolve().is_relative_to(REPO / "kernels") for f in found), found
+
+
+def test_constraints_become_grammars_without_the_runtime():
+    """``constrained/schema`` (constraints -> grammar sources, checked in the HTTP server's process)
+    never imports ``constrained/runtime`` (compiled grammars, the scheduler's side)."""
+    graph, _ = module_graph()
+    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.startswith("radixserve.constrained.schema")
+                 for d in deps if d.startswith("radixserve.constrained.runtime"))
+    assert not bad, bad
+
+
+def test_a_family_is_registered_in_one_place():
+    """Each family module of ``model/arch`` registers its classes itself; nothing else lists them
+    (the registry finds them by importing the package)."""
+    src = (REPO / "radixserve" / "model" / "registry.py").read_text()
+    arch = REPO / "radixserve" / "model" / "arch"
+    for path in arch.glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        assert "@register(" in path.read_text(), f"{path.name} registers nothing"
+        assert path.stem not in src, f"registry.py names {path.stem}: families are found by importing arch/"

@@ -1,6 +1,6 @@
 """A GGUF file (as llama.cpp's ``convert_hf_to_gguf.py`` writes it) -> a Hugging Face directory.
 
-``convert_gguf(path, out_dir)`` writes ``config.json`` (``gguf_config.hf_config``), the
+``convert_gguf(path, out_dir)`` writes ``config.json`` (``gguf/config.py``'s ``hf_config``), the
 tokenizer (transformers' GGUF tokenizer: vocabulary, merges, special tokens and
 ``tokenizer.chat_template``; cached by the hash of those fields, so the quantizations of one
 model build it once) and ``model.safetensors`` in the Hugging Face checkpoint layout.

@@ -4,7 +4,7 @@ Written against ``ForwardBatch``: tokens of all requests are packed in one dimen
 attention goes through an ``AttentionBackend``.  Weight names follow Hugging Face's so that
 checkpoints load directly (q/k/v and gate/up are fused at load time).
 
-An architecture (one file per family, registered in ``registry.py`` by the config's
+An architecture (one file per family in ``arch/``, registered with ``registry.register`` by the config's
 ``model_type``) subclasses ``DecoderLM`` and overrides only what differs from Llama:
 
 * ``make_layer(i)``: the decoder layer (``DecoderLayer``: pre-norm attention and MLP);

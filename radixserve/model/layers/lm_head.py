@@ -19,10 +19,10 @@ class LMHeadMixin:
         self.has_lm_head = held
         if held and not self.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, self.layout.vocab_shard, bias=False)
-        # a quantized LM head for calls of at most lm_head_max_m rows (model/quant.py)
+        # a quantized LM head for calls of at most lm_head_max_m rows (model/quant/linear.py)
         self.lm_head_quant: Optional[nn.Module] = None
         self.lm_head_max_m: Optional[int] = None
-        self.lm_head_packed: Optional[nn.Module] = None  # the dense head on packed weights (packed_linear.py)
+        self.lm_head_packed: Optional[nn.Module] = None  # the dense head on packed weights (quant/packed.py)
 
     def lm_head_weight(self) -> Optional[torch.Tensor]:
         if not self.has_lm_head:

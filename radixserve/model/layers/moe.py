@@ -21,7 +21,7 @@ CUDA the same torch code runs (one cuBLAS GEMM per expert, one host sync for the
 counts); a fused Triton MoE kernel (or ``F.grouped_mm`` on CUDA) is out of scope here.
 
 The router and the shared-expert gate are ``DenseProjection``s, not ``nn.Linear``: quantization
-(``model/quant.py``) and oneDNN packing replace ``nn.Linear`` layers only, so routing stays
+(``model/quant/linear.py``) and oneDNN packing replace ``nn.Linear`` layers only, so routing stays
 exact and the experts stay dense under ``quantization`` int8/int4 (attention and the shared and
 dense MLPs are quantized as in any model).
 """

@@ -10,7 +10,7 @@ record per group, codes and then scales) is written here.
 * 4 bits hold GGUF Q4_1's grid, which is also ``quant.quantize_int4``'s: ``u = q``, ``d =
   scale``, ``m = zero - 8 scale``.
 * 8 bits hold symmetric int8 with one scale per group: ``u = q + 128``, ``d = scale``, ``m =
-  -128 scale`` (the LM head's format, ``quant_head.py``).
+  -128 scale`` (the LM head's format, ``head.py``).
 
 Contract: ``pack_blocked`` returns a new contiguous uint8 tensor ``[N / 16, K / 32, record]``;
 ``blocked_linear(x, packed, bits, in_scale)`` takes a contiguous ``x [M, K]`` (fp32 or bf16)

@@ -1,7 +1,7 @@
 """Calibration for quantization: fixed texts, a teacher-forced forward, per-layer input scales.
 
 Two fixed sets of texts, tokenized with the model's own tokenizer: ``FIT`` (~300 tokens with
-SmolLM2's tokenizer) is what the input-channel scales of ``model/quant.py`` are searched on;
+SmolLM2's tokenizer) is what the input-channel scales of ``model/quant/linear.py`` are searched on;
 ``CHECK`` (~1,300 tokens; chat turns, prose, code, a how-to, notes, a config, numbers) is what
 ``worker/tuning/quant_accuracy.py`` measures agreement on, so a method is never checked on the text
 its scales were fitted to.  ``CALIBRATION_VERSION`` is part of every cache key built on them.

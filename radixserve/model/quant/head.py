@@ -5,7 +5,7 @@ its 135M parameters) and it runs at every step: in bf16 it took 36% of a batch-1
 on the development machine.  Per-output-channel int8 (the decoder's ``int8`` format) cost
 SmolLM2 about two points of teacher-forced argmax agreement with fp32 (96.7% with int4
 decoder layers); one scale per 32 inputs of each channel cost none measurable (98.3%), so
-the head uses groups of 32.  Kernel: the native ``blocked_linear`` (``model/blocked.py``: 8-bit
+the head uses groups of 32.  Kernel: the native ``blocked_linear`` (``model/quant/blocked.py``: 8-bit
 codes ``q + 128``, activations rounded to int8 per group of 32, VNNI dot products) where it
 takes the shape, else the native ``int8_linear`` (int16 activations); torch has no grouped
 int8 kernel, and without the native library the head stays dense.  Measured on the

@@ -15,7 +15,7 @@ Formats (``N`` outputs, ``K`` inputs, weight ``W [N, K]``):
           ``onednn.qlinear_pointwise`` (the x86 int8 path of inductor; the codes go in as u8 with
           zero point 128, see ``forward``) where oneDNN is built in, else ``aten._int_mm``.
 ``int4``  asymmetric in groups of 32 inputs: ``W ~ (q - 8) * scale[n, g] + zero[n, g]``, ``q`` in
-          [0, 15].  Kernel: the native ``blocked_linear`` (``model/blocked.py``: activations split
+          [0, 15].  Kernel: the native ``blocked_linear`` (``model/quant/blocked.py``: activations split
           per group of 32 inputs into two int8 parts, ~15 bits; VNNI integer dot products, AMX
           tiles from 16 rows) where the library builds and N % 16 == 0, else
           ``aten._weight_int4pack_mm_for_cpu`` (K % 32 == 0 and N % 16 == 0).  Measured on the

@@ -4,7 +4,7 @@ Two paths, the same sums: the native segmented kernel (``kernels/cpu/lora_sgmv.c
 SGMV; CPU only): the rows grouped by slot, each slot's A and B read once per block of rows, only
 each part's own columns of B; and stacked GEMMs (any device), where oneDNN's GEMMs win at many
 rows.  The manager picks one per step by the row count, from a timing of both on this machine
-(``timing.py``); the native layer stack runs a step on the kernel path (``model/layer_stack.py``).
+(``timing.py``); the native layer stack runs a step on the kernel path (``model/cpu/layer_stack.py``).
 The stacked GEMMs: for a fused module of ``parts`` parts, over the first ``k`` slots (those this
 step uses, the slots' prefix up to the highest one): ``y += ((x @ A[:k].T) * mask) @ B[:k]``.
 The mask is 1 on the ``parts x R`` columns of the row's slot and 0 elsewhere (a row of the base

@@ -10,9 +10,9 @@ prefill-like row counts M (``PROBE_M``) and caches the table in
 count, shapes, Ms).  ``numerics_choice.py`` chooses from it.
 
 Paths: "float32" and "bfloat16" (``F.linear`` in that dtype), "float32+packed" and
-"bfloat16+packed" (the same on oneDNN's prepacked weights, ``model/packed_linear.py``, where
+"bfloat16+packed" (the same on oneDNN's prepacked weights, ``model/quant/packed.py``, where
 torch has it), and "int8", "w8a8", "int4"
-(``model/quant.py``'s QuantLinear) on bf16 activations, the only dtype their kernels are fast
+(``model/quant/linear.py``'s QuantLinear) on bf16 activations, the only dtype their kernels are fast
 in: measured on an AMX Xeon, int8 weights with fp32 activations ran 10x and int4 28x slower
 than with bf16 ones, so fp32 activations are never timed (a first start would pay seconds).
 """

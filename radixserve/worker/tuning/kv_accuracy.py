@@ -3,7 +3,7 @@
 The bar is the weights' (``quant_accuracy.BAR``): teacher-forced next-token argmax agreement of at
 least 97% at the lower end of the one-sided 95% Wilson interval, here between the model with its
 exact pool (its own dtype) and the same model with the pool in the asked form, on the CHECK texts
-of ``model/calibration.py`` (1,327 positions with SmolLM2's tokenizer) run as one extend step: the
+of ``model/quant/calibration.py`` (1,327 positions with SmolLM2's tokenizer) run as one extend step: the
 attention reads every token's K/V back from the pool, so the step sees the whole loss.  A form
 that misses the bar is refused at startup with the measured numbers, naming the forms that pass:
 the same form may hold for one model and not for another (SmolLM2-135M: int8 98.4-98.9%,

@@ -3,7 +3,7 @@
 Explicit settings are taken as given: ``--dtype float32|bfloat16``, ``--quantization
 none|int8|w8a8|int4`` (CPU only; an explicit method with ``--dtype auto`` computes in bf16,
 the activation dtype its kernels are fast in).  Only the kernel of the dense layers is still
-measured then: plain ``F.linear`` or oneDNN's prepacked weights (``model/packed_linear.py``),
+measured then: plain ``F.linear`` or oneDNN's prepacked weights (``model/quant/packed.py``),
 the packed one by ``dense_kernel``'s rule.  ``--dense-kernel plain|packed`` pins that kernel
 (nothing is timed for it, in ``auto`` too), for callers and tests that need one path whatever
 this machine measures.  ``--quantization auto`` with an explicit dtype
@@ -56,7 +56,7 @@ Verify = Callable[[str], tuple[float, int]]  # method -> (argmax agreement with 
 @dataclass(frozen=True)
 class Numerics:
     """``dtype`` of activations, KV pool and dense weights; ``quantization`` of the decoder's
-    linear layers ("none" or a ``model/quant.py`` method), its kernel used for calls of at
+    linear layers ("none" or a ``model/quant/linear.py`` method), its kernel used for calls of at
     most ``max_m`` rows (None: every call, no dense weights kept); ``packed``: dense weights
     (the LM head's included) on oneDNN's prepacked layout."""
 

@@ -1,7 +1,7 @@
 """Does a quantization method keep this model accurate?  Measured once per model, then cached.
 
 The bar (``BAR``): teacher-forced next-token argmax agreement of at least 97% with the same
-model in fp32.  How ``auto`` knows it holds: the CHECK texts of ``model/calibration.py`` (a
+model in fp32.  How ``auto`` knows it holds: the CHECK texts of ``model/quant/calibration.py`` (a
 chat turn, prose, code, a how-to, a dialogue; ~600 tokens with SmolLM2's tokenizer, none of
 them the FIT texts the method's input scales were searched on) run through the model twice as
 one extend step: in fp32 (the reference; our fp32 path matches HF transformers within 1e-4)
