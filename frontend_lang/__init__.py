@@ -20,17 +20,21 @@ changing only ``import sglang as sgl`` to ``import frontend_lang as sgl``.  What
 meaning for a text-only radixserve backend raises a clear error when used (``image``,
 ``video``, ``separate_reasoning``, ``gen(n>1)``); ``function(num_api_spec_tokens=...)``
 is accepted and ignored.  Tool calling: ``gen(name, tools=[...], tool_choice=...)`` and
-``state.tool_calls(name)`` (see tools.py).  LoRA adapters served by the backend:
+``state.tool_calls(name)`` (see ``tools``).  LoRA adapters served by the backend:
 ``gen(..., lora="name")`` / ``select(..., lora="name")``, or ``program.run(..., lora="name")`` for
 every gen and select of the run (radixserve's extension; sent as /generate's ``lora_path``).
 
 Owns: the program API (``api``, ``ir``, ``program``), its interpreter (``state``, ``executor``,
 ``batch``, ``tracer``, ``stream``, ``transcript``), client-side chat templates
 (``chat_template``), ``select`` scoring (``select_op``, ``choice_scoring``), typed generation
-(``dtypes``) and the backends (``backend/``).  Must not touch: the runtime's internals -- it is
-a client of the HTTP API or of the Engine's public API, never of the scheduler or the worker;
-of radixserve it imports only ``sampling_params``, ``tools`` and (lazily, in ``backend``)
-``engine`` and ``tokenizer``, so importing it never loads torch.  Public names: ``__all__``.
+(``dtypes``), the sampling parameters of a run and of each gen (``sampling``: the run's defaults
+merged with a gen's overrides, split into /generate's request options and ``sampling_params``),
+tool calling in programs (``tools``), the exceptions (``errors``: ``FrontendError``,
+``BackendError``, ``ProgramError``) and the backends (``backend/``).
+Must not touch: the runtime's internals -- it is a client of the HTTP API or of the Engine's
+public API, never of the scheduler or the worker; of radixserve it imports only
+``sampling_params``, ``radixserve.tools`` and (lazily, in ``backend``) ``engine`` and
+``tokenizer``, so importing it never loads torch.  Public names: ``__all__``.
 """
 from frontend_lang.api import (assistant, assistant_begin, assistant_end, flush_cache, gen, gen_int, gen_string,
                                get_default_backend, get_server_info, global_config, image, select, separate_reasoning,

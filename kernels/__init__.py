@@ -3,11 +3,14 @@
 Owns (tuning history in ``kernels/README.md``):
 
 * Triton kernels (``decode_attention``, ``extend_attention``, ``kv_store``; helpers in
-  ``_utils``): importing them requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU
-  tensors (that is how tests/kernels/test_kernels.py checks them).
+  ``_utils``, a layer's sliding window and logit soft-cap in ``_attn_mods``): importing them
+  requires triton.  Under ``TRITON_INTERPRET=1`` they run on CPU tensors (that is how
+  tests/kernels/test_kernels.py checks them).
 * ``cpu_native``: the native C++ library of ``cpu/*.cpp`` (paged attention, fused ops, int8 and
-  blocked linears, the layer stack, argmax, the packed-KV store) as ``torch.ops.radixserve_cpu``, compiled on first
-  use and cached (no triton needed); ``load()`` is False where it cannot build.
+  blocked linears, the layer stack, argmax, the packed-KV store, multi-LoRA's segmented products)
+  as ``torch.ops.radixserve_cpu``, compiled on first use and cached (no triton needed); ``load()``
+  is False where it cannot build.
+* ``kv_formats``: the ``kv_format`` codes of a packed (int8/fp8) KV pool, shared by both kinds.
 
 Must not touch: anything of radixserve -- it imports none of it (``attention``, ``model`` and
 ``worker`` call in); a kernel writes only its outputs and the KV slots it is handed (it

@@ -43,7 +43,8 @@ from radixserve.scheduler.cache_persist import CachePersister
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler
 from radixserve.tokenizer import load_hf_tokenizer
-from radixserve.worker.build import build_prefix_store, build_tier_store, build_worker
+from radixserve.worker.build import build_worker
+from radixserve.worker.kv_setup import build_prefix_store, build_tier_store
 
 logger = logging.getLogger(__name__)
 

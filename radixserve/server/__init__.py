@@ -2,9 +2,11 @@
 
 Owns: ``app`` (``create_app``: the native SGLang-compatible routes), ``protocol`` (the pydantic
 request bodies), ``tokenizer_manager.TokenizerManager`` (the asyncio side: tokenize, submit,
-collect ``ReqOutput``s), ``req_state``, ``http_utils`` (errors, SSE, API key), ``openapi_doc``
-and ``launcher`` (``serve``: the worker, scheduler and detokenizer processes, watched;
-``follower_node`` on nodes other than 0).  Subpackages: ``openai`` (/v1 routes), ``tenancy``
+collect ``ReqOutput``s), ``req_state`` (one in-flight sequence's ``OutputState``),
+``http_utils`` (errors, SSE, API key), ``openapi_doc``, ``lora_routes`` (``/load_lora_adapter``
+and ``/unload_lora_adapter``, the adapter an OpenAI ``model`` names, the adapters' model cards)
+and ``launcher`` (``serve``: the worker, scheduler and detokenizer processes and this node's
+other tensor- or pipeline-parallel ranks, watched; ``follower_node`` on nodes other than 0).  Subpackages: ``openai`` (/v1 routes), ``tenancy``
 (API keys, budgets, usage) and ``inspector`` (/cache routes, dashboard).
 Must not touch: scheduler, worker or KV state except through ``ipc`` messages, nor the
 ``engine``; the server process never loads torch (child entry points and the GGUF converter

@@ -1,4 +1,4 @@
-"""Builds the model worker: weights, KV pools, attention and sampler, and the limits it reports.
+"""Builds the model worker: weights, KV (``kv_setup.py``), attention and sampler, and the limits it reports.
 
 Used by the worker process and by the in-process ``Engine`` (the one place the worker is wired),
 and by every tensor-parallel rank (with its group, ``parallel/``).
@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-from typing import Any, Optional
+from typing import Any
 
 from radixserve.config import EngineConfig
 from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.model import loader
 from radixserve.utils import tune_malloc
 from radixserve.worker.model_runner import ModelRunner, set_threads
-from radixserve.worker.persist.store import PrefixStore, fingerprint
-from radixserve.worker.tiers.block_store import BlockStore
-from radixserve.worker.tiers.host_tier import TierStore, host_slot_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -99,45 +95,6 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
                       quantization=runner.numerics.quant_label(), hidden_size=int(runner.config.hidden_size),
                       kv_bytes_per_slot=pool.slot_bytes, swa_slots=pool.num_swa_slots,
                       swa_window=runner.kv_layout.window if pool.hybrid else 0,
-                      host_tier_slots=cfg.cache.host_tier_slots(
-                          sum(p.total_bytes for p in _pools(runner)), host_slot_bytes(_pools(runner), cfg.cache.hicache_kv_dtype)),
+                      host_tier_slots=runner.kv.host_tier_slots(cfg.cache),
                       lora=runner.lora.info if runner.lora is not None else None)
     return runner, info
-
-
-def _pools(runner: ModelRunner) -> list[Any]:
-    """The worker's KV pools: the model's, then a draft model's (speculative decoding)."""
-    draft = getattr(runner.draft, "kv_pool", None)
-    return [runner.kv_pool] + ([draft] if draft is not None else [])
-
-
-def build_tier_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -> Optional[TierStore]:
-    """The hierarchical cache's host (and disk) tier over the runner's KV pools, when it is on."""
-    if not info.host_tier_slots:
-        return None
-    blocks = None
-    if cfg.cache.hicache_storage_backend == "file":
-        folder = cfg.cache.hicache_storage_dir or os.path.join(loader.cache_root(), "hicache")
-        fp = fingerprint(runner.config, info.hf_dir, runner.kv_pool, info.quantization, cfg.cache.page_size)
-        try:
-            blocks = BlockStore(folder, fp)
-        except OSError as e:
-            raise ValueError(f"hicache_storage_dir: cannot use {folder!r} for the disk tier: {e}") from None
-    store = TierStore(_pools(runner), info.host_tier_slots, blocks, cfg.cache.hicache_kv_dtype)
-    logger.info("hierarchical cache: host tier of %d tokens (%.2f GB, %s)%s", info.host_tier_slots, store.host_bytes / 1e9,
-                cfg.cache.hicache_kv_dtype,
-                f", disk tier of {cfg.cache.hicache_storage_size:g} GB in {blocks.folder}" if blocks else "")
-    return store
-
-
-def build_prefix_store(cfg: EngineConfig, runner: ModelRunner, info: WorkerInfo) -> Optional[PrefixStore]:
-    """The warm-restart store over the runner's KV pool, when ``cache_persist_dir`` is set."""
-    if cfg.cache.persists and cfg.parallel.world_size > 1:
-        raise ValueError("cache_persist_dir: warm restart is not implemented with tp_size or pp_size > 1 "
-                         "(each rank holds only part of the KV)")
-    if not cfg.cache.persists:
-        if cfg.cache.cache_persist_dir:
-            logger.warning("cache_persist_dir ignored: disable_radix_cache leaves nothing to persist")
-        return None
-    fp = fingerprint(runner.config, info.hf_dir, runner.kv_pool, info.quantization, cfg.cache.page_size)
-    return PrefixStore(runner.kv_pool, fp, cfg.cache.cache_persist_dir)

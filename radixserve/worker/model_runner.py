@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from radixserve.attention.base import ForwardBatch, ForwardMode
-from radixserve.attention.registry import create_attention_backend, sliding_pool_supported
 from radixserve.config import CacheConfig, ModelConfig, SchedulerConfig
 from radixserve.ipc.worker_link import StepOutput, StepPlan, StepResult, TokenLogprob
-from radixserve.mem_cache.kv_pool import KVPool
-from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
-from radixserve.worker.kv_sizing import kv_layout, pool_dtype, pool_quant, sliding_plan
-from radixserve.worker.tuning import attention_timing, kv_accuracy
+from radixserve.worker.kv_setup import build_kv
 from radixserve.worker.tuning.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
 from radixserve.worker.sampler import ReqSamplingState, Sampler, logprobs_of, make_state
@@ -67,44 +62,25 @@ class ModelRunner:
                                        show_progress=show_progress, quantization=self.numerics.quantization,
                                        max_m=self.numerics.max_m, tp=self.tp, layout=layout,
                                        packed=self.numerics.packed)
-        kv_shape = self.model.kv_cache_shape()
-        layers = self.model.layer_attention()
-        sliding, window = sliding_plan(layers, cache_cfg, self.context_len,
-                                       sliding_pool_supported(cache_cfg.attention_backend))
-        kv_dtype = pool_dtype(cache_cfg, self.dtype)
-        if cache_cfg.kv_quantized and kv_shape[2]:
-            raise ValueError("kv_cache_dtype: this model's multi-head latent attention keeps one compressed KV "
-                             "per token; a quantized pool is not offered for it (use auto or bf16)")
-        # a lossy pool form must keep this model's predictions (ranks measure alike, uncached, in step)
-        kv_accuracy.check_pool_form(self.model, hf_dir, cache_cfg, self.dtype, kv_dtype,
-                                    None if self.tp.size == 1 else "")
-        held = self.model.stage.layers  # (a pipeline stage's pool holds its layers only)
-        layout_kv = kv_layout(self.config, cache_cfg, sched_cfg, kv_dtype, self.device, kv_shape,
-                              self.context_len, sliding, window, held=held)  # after the weights
-        num_slots = self.tp.min_int(layout_kv.num_slots)
-        if num_slots != layout_kv.num_slots:  # ranks agree on the smallest (the sliding pool follows)
-            layout_kv = kv_layout(self.config, replace(cache_cfg, max_total_tokens=num_slots - 1), sched_cfg,
-                                  kv_dtype, self.device, kv_shape, self.context_len, sliding, window, held=held)
-        self.kv_layout = layout_kv
-        kv_heads, head_dim, shared = kv_shape
-        self.kv_pool = KVPool(num_slots, self.config.num_hidden_layers, kv_heads, head_dim, kv_dtype,
-                              self.device, shared, layout_kv.sliding_layers, layout_kv.num_swa_slots,
-                              pool_quant(cache_cfg), held)
-        self.req_to_token = ReqToTokenPool(sched_cfg.max_running_requests + 8, self.context_len + 1, self.device)
-        # the sliding layers' request->slot table, filled beside req_to_token (a hybrid pool only)
-        self.swa_table = torch.zeros_like(self.req_to_token.table) if self.kv_pool.hybrid else None
-        self.backend = create_attention_backend(cache_cfg.attention_backend, self.kv_pool, self.device,
-                                                attention_timing.rule_for(layout.num_heads // kv_heads),
-                                                layers=layers)
+        self.kv = build_kv(self.model, self.config, hf_dir, cache_cfg, sched_cfg, self.dtype, self.device,
+                           self.context_len, layout.num_heads, self.tp)
         self.vocab_size = self.config.vocab_size
         self.sampler = Sampler(self.vocab_size, self.device, model_cfg.seed)
         self.states: dict[str, ReqSamplingState] = {}
         # speculative decoding with a draft model: mirrors every forward, proposes when asked
         self.draft = NoDraft() if sched_cfg.speculative_algorithm != "draft" else DraftRunner(
-            sched_cfg.speculative_draft_model, self.vocab_size, self.dtype, self.device, num_slots,
+            sched_cfg.speculative_draft_model, self.vocab_size, self.dtype, self.device, self.kv_pool.num_slots,
             self.context_len + 1, cache_cfg.attention_backend)
+        self.kv.add_draft_pool(getattr(self.draft, "kv_pool", None))
         self._draft_q: dict[str, Any] = {}  # this step's draft distributions, by rid
         self.lora: Any = None  # a worker.lora.manager.LoRAManager when adapters are served (build.py)
+
+    # the KV state's parts, as the step and the tests read them (``kv_setup.KVSetup`` owns them)
+    kv_pool = property(lambda self: self.kv.pool)
+    kv_layout = property(lambda self: self.kv.layout)
+    req_to_token = property(lambda self: self.kv.req_to_token)
+    swa_table = property(lambda self: self.kv.swa_table)
+    backend = property(lambda self: self.kv.backend)
 
     # ------------------------------------------------------------------ one step
     def step(self, plan: StepPlan) -> StepResult:

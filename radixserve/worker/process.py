@@ -49,7 +49,8 @@ def run_worker(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, p
 
     from radixserve.parallel.group import PeerLost
     from radixserve.parallel.init import join
-    from radixserve.worker.build import build_prefix_store, build_tier_store, build_worker  # here: the scheduler imports this module
+    from radixserve.worker.build import build_worker  # here: the scheduler imports this module
+    from radixserve.worker.kv_setup import build_prefix_store, build_tier_store
     from radixserve.worker.model_runner import resolve_device
 
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock: a killed process would leak it

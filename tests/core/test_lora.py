@@ -223,9 +223,15 @@ def test_the_kernel_on_odd_widths_against_a_plain_reference():
     assert torch.equal(got[[14, 16, 18]], y[[14, 16, 18]])  # rows in no segment
 
 
-def test_the_layer_stack_adds_the_deltas_bit_for_bit_as_the_python_loop(engine, monkeypatch):
+def test_the_layer_stack_adds_the_deltas_as_the_python_loop(engine, monkeypatch):
     """A mixed batch on the kernel path: the native layer stack (set_lora / set_lora_step) runs
-    its steps, and gives exactly the tokens and logprobs of the Python layer loop."""
+    its steps, and gives the tokens of the Python layer loop exactly, its logprobs within 1e-4.
+
+    Not bit for bit: this engine's dense kernels and attention paths are ``auto``'s, timed on the
+    machine at hand, and on an AMD EPYC Zen 4 the two paths' logprobs differed in the sixth
+    decimal (-1.0927213 against -1.0927191) where an Intel AMX machine gave the same bits; a
+    reduction order that differs between the two paths is a rounding, not a wrong delta (a wrong
+    delta moves logprobs by far more, and the PEFT oracle above checks each path's values)."""
     from radixserve.model.cpu import layer_stack
 
     real, ran = layer_stack.run, []
@@ -246,7 +252,9 @@ def test_the_layer_stack_adds_the_deltas_bit_for_bit_as_the_python_loop(engine, 
         looped = _run(engine, names, prompts)
     finally:
         engine.runner.lora.sgmv = None
-    assert stacked == looped
+    assert len(stacked) == len(looped)
+    for got, want in zip(stacked, looped):
+        _close(got, want)
     engine.check_invariants()
 
 
