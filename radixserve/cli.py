@@ -7,16 +7,21 @@
     radixserve router --worker-urls http://127.0.0.1:30001 http://127.0.0.1:30002
 
 Every field of ModelConfig, CacheConfig, SchedulerConfig and ParallelConfig is a flag (``--max-total-tokens``,
-``--chunked-prefill-size``, ``--schedule-policy``, ``--disable-radix-cache``, ...).
+``--chunked-prefill-size``, ``--schedule-policy``, ``--disable-radix-cache``, ...).  Every value is checked
+when the arguments are parsed (``parse_args``): a ``Literal`` field's flag takes only its choices, and the
+config dataclasses' own checks (ranges, formats) run before any process starts, a failure being one
+argparse-style line naming the flag (exit status 2).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import time
 import typing
-from typing import Any, Optional
+import urllib.parse
+from typing import Any, Callable, Optional
 
 from radixserve.config import (CacheConfig, EngineConfig, LoRAConfig, ModelConfig, ParallelConfig, RouterConfig,
                                SchedulerConfig, ServerConfig)
@@ -53,6 +58,7 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str,
 
 
 def config_from_args(cls: type, args: argparse.Namespace, **extra: Any) -> Any:
+    """``cls`` built from the flags of its fields in ``args`` (lists made tuples), plus ``extra``."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     values.update(extra)
@@ -60,6 +66,7 @@ def config_from_args(cls: type, args: argparse.Namespace, **extra: Any) -> Any:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The EngineConfig of ``generate`` / ``serve``'s flags."""
     return EngineConfig(
         model=config_from_args(ModelConfig, args, path=args.model),
         cache=config_from_args(CacheConfig, args),
@@ -109,9 +116,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     server_cfg = config_from_args(ServerConfig, args)
-    if server_cfg.dp_size < 1:
-        print("radixserve serve: error: --dp-size must be >= 1", file=sys.stderr)
-        return 2
     if server_cfg.dp_size > 1:
         from radixserve.router.launch import serve_dp
 
@@ -124,11 +128,81 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_router(args: argparse.Namespace) -> int:
     from radixserve.router.launch import run_router
 
+    return run_router(config_from_args(RouterConfig, args), args.worker_urls)
+
+
+def check_engine_args(args: argparse.Namespace) -> None:
+    """``generate``'s values: its engine configs build (each dataclass checks its fields)."""
+    engine_config_from_args(args)
+
+
+def check_serve_args(args: argparse.Namespace) -> None:
+    """``serve``'s values: the engine's configs and the server's build."""
+    engine_config_from_args(args)
+    config_from_args(ServerConfig, args)
+
+
+def check_router_args(args: argparse.Namespace) -> None:
+    """``router``'s values: RouterConfig builds, every replica URL is http(s)://HOST[:PORT], and
+    there is a replica to route to."""
     cfg = config_from_args(RouterConfig, args)
+    for url in args.worker_urls:
+        if not _is_http_url(url):
+            raise ValueError(f"worker_urls: must be http(s)://HOST[:PORT] (got {url!r})")
     if not args.worker_urls and not cfg.worker_dns:
-        print("radixserve router: error: give --worker-urls or --worker-dns", file=sys.stderr)
-        return 2
-    return run_router(cfg, args.worker_urls)
+        raise ValueError("give --worker-urls or --worker-dns")
+
+
+def _is_http_url(url: str) -> bool:
+    """``url`` is http(s)://HOST[:PORT][/PATH] with a valid port."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # not a number, or out of range
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok
+
+
+def flag_error(parser: argparse.ArgumentParser, error: ValueError) -> str:
+    """A config ValueError ("field_name: must be ...") as argparse words it ("argument --field-name:
+    must be ..."), when ``field_name`` is one of ``parser``'s flags; else its text as is."""
+    text = str(error)
+    m = re.match(r"(\w+): (.*)", text, re.S)
+    if m and any(_flag(m.group(1)) in a.option_strings for a in parser._actions):
+        return f"argument {_flag(m.group(1))}: {m.group(2)}"
+    return text
+
+
+def _number(kind: type, text: str) -> Any:
+    """``text`` as ``kind`` (int or float), or argparse's error naming the kind."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+
+
+def _non_negative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    value = _number(int, text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    """argparse type: a float >= 0."""
+    value = _number(float, text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
+    return value
+
+
+def _unit_interval(text: str) -> float:
+    """argparse type: a float in (0, 1]."""
+    value = _number(float, text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1] (got {value})")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,27 +213,37 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "speeds up LLM serving.")
     gen.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
                      help="wrap the prompt in the model's chat template")
-    gen.add_argument("--max-new-tokens", type=int, default=128)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--max-new-tokens", type=_non_negative_int, default=128)
+    gen.add_argument("--temperature", type=_non_negative_float, default=0.0)
+    gen.add_argument("--top-p", type=_unit_interval, default=1.0)
     _engine_parser(gen)
-    gen.set_defaults(func=cmd_generate)
+    gen.set_defaults(func=cmd_generate, check=check_engine_args, subparser=gen)
     srv = sub.add_parser("serve", help="run the HTTP server (native /generate and OpenAI-compatible /v1)")
     _engine_parser(srv)
     add_config_args(srv, ServerConfig)
-    srv.set_defaults(func=cmd_serve)
+    srv.set_defaults(func=cmd_serve, check=check_serve_args, subparser=srv)
     rtr = sub.add_parser("router", help="route requests over radixserve replicas by cached prefix")
     rtr.add_argument("--worker-urls", nargs="*", default=[], help="the replicas, e.g. http://127.0.0.1:30001")
     add_config_args(rtr, RouterConfig)
-    rtr.set_defaults(func=cmd_router)
+    rtr.set_defaults(func=cmd_router, check=check_router_args, subparser=rtr)
     return parser
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse and check every value: a bad one exits with status 2 and one argparse-style line
+    naming its flag (``radixserve serve: error: argument --dp-size: must be >= 1 (got 0)``)."""
+    args = build_parser().parse_args(argv)
     args.argv = argv[1:]  # the subcommand's own flags (``serve --dp-size`` hands them to its replicas)
+    check: Callable[[argparse.Namespace], None] = args.check
+    try:
+        check(args)
+    except ValueError as e:
+        args.subparser.error(flag_error(args.subparser, e))
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
     return args.func(args)
 
 

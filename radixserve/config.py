@@ -1,11 +1,19 @@
 """Frozen configuration dataclasses. The CLI and the Engine are both built from these."""
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 from radixserve.lora_config import LoRAConfig
 
+# The closed sets of the enum-like fields: argparse offers them as ``choices`` (radixserve/cli.py)
+# and ``check_choices`` refuses anything else in ``__post_init__``, so the CLI and the Engine agree.
+ModelDtype = Literal["auto", "float32", "bfloat16"]
+AttentionBackendName = Literal["auto", "cpu", "torch_native", "triton", "flashinfer"]  # attention/registry.py
+SchedulePolicy = Literal["lpm", "fcfs"]
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]  # uvicorn's levels
 Quantization = Literal["auto", "none", "int8", "w8a8", "int4"]
 DenseKernel = Literal["auto", "plain", "packed"]
 SpeculativeAlgorithm = Literal["none", "ngram", "draft"]
@@ -16,6 +24,46 @@ HiCacheStorage = Literal["none", "file"]
 HiCacheKVDtype = Literal["auto", "int8", "fp8_e4m3"]  # fp8_e5m2 measured under 97% agreement: not offered
 KVCacheDtype = Literal["auto", "bf16", "int8", "fp8_e4m3", "fp8_e5m2"]
 DEFAULT_GRAMMAR_BACKEND: GrammarBackendName = "llguidance"
+# torch device types a ``device`` may name, with an optional index ("cuda:1")
+_DEVICE = re.compile(r"(auto|cpu|cuda|xpu|mps|meta)(:\d+)?")
+
+
+@functools.lru_cache(maxsize=None)
+def field_choices(cls: type) -> dict[str, tuple[Any, ...]]:
+    """Field name -> allowed values, for each field of ``cls`` typed ``Literal[...]`` (or ``Optional`` of
+    one, whose values then include None)."""
+    hints = get_type_hints(cls)
+    out: dict[str, tuple[Any, ...]] = {}
+    for f in fields(cls):
+        hint = hints[f.name]
+        args = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) is Union else [hint]
+        if len(args) == 1 and get_origin(args[0]) is Literal:
+            out[f.name] = get_args(args[0]) + ((None,) if get_origin(hint) is Union else ())
+    return out
+
+
+def check_choices(obj: Any) -> None:
+    """Raise ValueError ("name: must be one of ...") for the first Literal-typed field of the
+    dataclass ``obj`` whose value is outside its set (None is in the set of an Optional field)."""
+    for name, options in field_choices(type(obj)).items():
+        value = getattr(obj, name)
+        if value not in options:
+            options = tuple(o for o in options if o is not None)
+            raise ValueError(f"{name}: must be one of {', '.join(map(str, options))} (got {value!r})")
+
+
+def require(ok: bool, name: str, rule: str, value: Any) -> None:
+    """Raise ValueError ("name: must be RULE (got VALUE)") unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{name}: must be {rule} (got {value!r})")
+
+
+def check_host_port(name: str, value: Optional[str]) -> None:
+    """``value`` is None or "HOST:PORT" with a port in [1, 65535]."""
+    if value is None:
+        return
+    host, _, port = value.rpartition(":")
+    require(bool(host) and port.isdigit() and 0 < int(port) < 65536, name, "HOST:PORT", value)
 
 
 @dataclass(frozen=True)
@@ -27,7 +75,7 @@ class ModelConfig:
     ``dtype`` is "float32", "bfloat16" or "auto" (bf16 on CUDA; on the CPU the faster of fp32
     and bf16, measured once per machine on the model's shapes: ``worker/tuning/kernel_timing.py``).
     ``quantization`` (CPU only) replaces the decoder's linear layers (never the embedding; the
-    weight-only methods also give the LM head an int8 copy, ``model/quant_head.py``): "int8" (int8 weights, activations in the model dtype), "w8a8" (int8 weights and
+    weight-only methods also give the LM head an int8 copy, ``model/quant/head.py``): "int8" (int8 weights, activations in the model dtype), "w8a8" (int8 weights and
     per-token int8 activations), "int4" (4-bit weights in groups of 32), "none", or "auto":
     when ``dtype`` is also "auto", the fastest path measured on this machine among fp32, bf16
     and the quantized kernels whose accuracy was verified for this model
@@ -35,7 +83,7 @@ class ModelConfig:
     method with ``dtype="auto"`` computes in bf16 (the kernels' fast activation dtype).
     ``dense_kernel`` is how the dense (unquantized) linear weights run on the CPU: "plain"
     (``F.linear``, the weight as loaded), "packed" (oneDNN's prepacked layout,
-    ``model/packed_linear.py``; an error where torch lacks it or off the CPU) or "auto" (packed
+    ``model/quant/packed.py``; an error where torch lacks it or off the CPU) or "auto" (packed
     where it measured faster on this machine, ``numerics_choice.dense_kernel``).  Pin it where the
     path matters more than speed: the two differ in summation order and in module types.
     ``embedding_pooling`` is the default pooling of embedding requests (``/v1/embeddings``,
@@ -44,7 +92,7 @@ class ModelConfig:
 
     path: Optional[str] = None
     tokenizer_path: Optional[str] = None
-    dtype: str = "auto"
+    dtype: ModelDtype = "auto"
     quantization: Quantization = "auto"
     dense_kernel: DenseKernel = field(default="auto", metadata={"help": (
         "how dense linear weights run on the CPU: plain (F.linear), packed (oneDNN prepacked weights) or auto "
@@ -55,14 +103,18 @@ class ModelConfig:
     embedding_pooling: Pooling = "last"
 
     def __post_init__(self) -> None:
-        if self.embedding_pooling not in get_args(Pooling):
-            raise ValueError(f"embedding_pooling: must be one of {', '.join(get_args(Pooling))}")
         if self.quantization not in get_args(Quantization):
             raise ValueError(f"quantization: unknown method {self.quantization!r} "
                              f"({', '.join(get_args(Quantization))})")
         if self.dense_kernel not in get_args(DenseKernel):
             raise ValueError(f"dense_kernel: unknown kernel {self.dense_kernel!r} "
                              f"({', '.join(get_args(DenseKernel))})")
+        check_choices(self)  # dtype, embedding_pooling (and the two above)
+        require(isinstance(self.device, str) and _DEVICE.fullmatch(self.device) is not None, "device",
+                "auto, cpu, cuda, xpu, mps or meta, with an optional :INDEX", self.device)
+        require(self.context_length is None or self.context_length >= 1, "context_length", ">= 1",
+                self.context_length)
+        require(self.seed >= 0, "seed", ">= 0", self.seed)
 
 
 @dataclass(frozen=True)
@@ -89,7 +141,7 @@ class CacheConfig:
     mem_fraction_static: float = 0.3
     page_size: int = 1
     disable_radix_cache: bool = False
-    attention_backend: str = "auto"
+    attention_backend: AttentionBackendName = "auto"
     cache_persist_dir: Optional[str] = None
     cache_persist_interval: float = 0.0
     cache_persist_max_bytes: int = 256 << 20
@@ -97,8 +149,11 @@ class CacheConfig:
     # this many slots per full slot (SGLang's --swa-full-tokens-ratio); never below what one
     # request's window and prefill chunk need.  Off with disable_hybrid_swa_memory, and with
     # warm restart (cache_persist_dir), which persists full layers only.
-    swa_full_tokens_ratio: float = 0.5
-    disable_hybrid_swa_memory: bool = False
+    swa_full_tokens_ratio: float = field(default=0.5, metadata={"help": (
+        "slots of the sliding-window layers' own KV pool per full slot, in (0, 1]; never fewer than one "
+        "window plus one prefill chunk (default: 0.5)")})
+    disable_hybrid_swa_memory: bool = field(default=False, metadata={"help": (
+        "keep sliding-window layers' KV in the full pool's slots (no pool of their own)")})
     enable_hierarchical_cache: bool = field(default=False, metadata={"help": (
         "keep prefixes evicted from the KV pool in a host-memory tier (and a disk tier with "
         "--hicache-storage-backend file) and load them back on a hit instead of recomputing")})
@@ -127,20 +182,19 @@ class CacheConfig:
         return bool(self.cache_persist_dir) and not self.disable_radix_cache
 
     def __post_init__(self) -> None:
-        if self.cache_persist_interval < 0:
-            raise ValueError("cache_persist_interval: must be >= 0 (0: only at shutdown)")
-        if self.cache_persist_max_bytes < 0:
-            raise ValueError("cache_persist_max_bytes: must be >= 0")
-        if not 0.0 < self.swa_full_tokens_ratio <= 1.0:
-            raise ValueError("swa_full_tokens_ratio: must be in (0, 1]")
-        if self.hicache_ratio <= 0 or self.hicache_size < 0 or self.hicache_storage_size <= 0:
-            raise ValueError("hicache_ratio, hicache_size, hicache_storage_size: must be > 0 (size >= 0)")
-        for name, value, options in (("hicache_write_policy", self.hicache_write_policy, HiCacheWritePolicy),
-                                     ("hicache_storage_backend", self.hicache_storage_backend, HiCacheStorage),
-                                     ("hicache_kv_dtype", self.hicache_kv_dtype, HiCacheKVDtype),
-                                     ("kv_cache_dtype", self.kv_cache_dtype, KVCacheDtype)):
-            if value not in get_args(options):
-                raise ValueError(f"{name}: must be one of {', '.join(get_args(options))}")
+        check_choices(self)  # attention_backend, hicache_write_policy, hicache_storage_backend, the KV dtypes
+        require(self.max_total_tokens is None or self.max_total_tokens >= 1, "max_total_tokens", ">= 1",
+                self.max_total_tokens)
+        require(0.0 < self.mem_fraction_static <= 1.0, "mem_fraction_static", "in (0, 1]", self.mem_fraction_static)
+        require(self.page_size == 1, "page_size", "1 (the only page size implemented)", self.page_size)
+        require(self.cache_persist_interval >= 0, "cache_persist_interval", ">= 0 (0: only at shutdown)",
+                self.cache_persist_interval)
+        require(self.cache_persist_max_bytes >= 0, "cache_persist_max_bytes", ">= 0", self.cache_persist_max_bytes)
+        require(0.0 < self.swa_full_tokens_ratio <= 1.0, "swa_full_tokens_ratio", "in (0, 1]",
+                self.swa_full_tokens_ratio)
+        require(self.hicache_ratio > 0, "hicache_ratio", "> 0", self.hicache_ratio)
+        require(self.hicache_size >= 0, "hicache_size", ">= 0 (0: use hicache_ratio)", self.hicache_size)
+        require(self.hicache_storage_size > 0, "hicache_storage_size", "> 0", self.hicache_storage_size)
         if self.enable_hierarchical_cache and self.disable_radix_cache:
             raise ValueError("enable_hierarchical_cache: needs the radix cache (drop disable_radix_cache)")
         if self.kv_quantized and self.hicache_kv_dtype != "auto":
@@ -195,7 +249,7 @@ class SchedulerConfig:
     "" (the default) gives compact JSON, where every separator is forced and jump-forward
     skips it; ``[ ]?`` is outlines-core's default (None means the same).
     ``grammar_backend`` picks the grammar library once, at startup, by measurement
-    (benchmarks/README.md, "Grammar backends"): "llguidance" (the default) builds its lexer
+    (benchmarks/README.md, "bench_structured"): "llguidance" (the default) builds its lexer
     lazily and parses with an Earley parser, so a grammar compiles in about a millisecond
     (the project's constrained test set: schemas p50 0.8 ms / p99 1.7 ms, regexes p50 2.3 ms /
     p99 7.7 ms, ``{"type": "object"}`` 1.6 ms), it compiles more real-world schemas
@@ -212,7 +266,7 @@ class SchedulerConfig:
     with the target's tokenizer, run by the worker); the target verifies them in one step.
     """
 
-    schedule_policy: str = "lpm"
+    schedule_policy: SchedulePolicy = "lpm"
     max_running_requests: int = 256
     max_queued_requests: Optional[int] = None
     chunked_prefill_size: Optional[int] = 2048
@@ -235,14 +289,30 @@ class SchedulerConfig:
     speculative_draft_model: Optional[str] = None
 
     def __post_init__(self) -> None:
-        if self.grammar_backend not in get_args(GrammarBackendName):
-            raise ValueError(f"grammar_backend: unknown {self.grammar_backend!r} "
-                             f"({', '.join(get_args(GrammarBackendName))})")
-        if self.speculative_algorithm not in get_args(SpeculativeAlgorithm):
-            raise ValueError(f"speculative_algorithm: unknown {self.speculative_algorithm!r} "
-                             f"({', '.join(get_args(SpeculativeAlgorithm))})")
-        if self.speculative_algorithm != "none" and not 1 <= self.speculative_num_tokens <= 16:
-            raise ValueError("speculative_num_tokens: must be in [1, 16]")
+        check_choices(self)  # schedule_policy, grammar_backend, speculative_algorithm
+        for name in ("max_running_requests", "max_prefill_tokens", "grammar_compile_workers", "grammar_cache_size",
+                     "grammar_mask_cache_size"):
+            require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
+        require(self.max_queued_requests is None or self.max_queued_requests >= 1, "max_queued_requests",
+                ">= 1 (unset: unbounded)", self.max_queued_requests)
+        require(0.0 <= self.new_token_ratio <= 1.0, "new_token_ratio", "in [0, 1]", self.new_token_ratio)
+        require(self.lpm_queue_limit >= 0, "lpm_queue_limit", ">= 0", self.lpm_queue_limit)
+        require(self.in_batch_prefix_threshold >= 0, "in_batch_prefix_threshold", ">= 0",
+                self.in_batch_prefix_threshold)
+        require(self.grammar_compile_timeout > 0, "grammar_compile_timeout", "> 0 seconds",
+                self.grammar_compile_timeout)
+        require(self.grammar_compile_memory_mb >= 0, "grammar_compile_memory_mb", ">= 0 (0: no limit)",
+                self.grammar_compile_memory_mb)
+        if self.json_whitespace_pattern:
+            import regex  # the regex syntax of the grammar libraries (a dependency; imported only when needed)
+
+            try:
+                regex.compile(self.json_whitespace_pattern)
+            except regex.error as e:
+                raise ValueError(f"json_whitespace_pattern: must be a regular expression ({e}; "
+                                 f"got {self.json_whitespace_pattern!r})") from None
+        require(1 <= self.speculative_num_tokens <= 16, "speculative_num_tokens", "in [1, 16]",
+                self.speculative_num_tokens)
         if self.speculative_algorithm == "draft" and not self.speculative_draft_model:
             raise ValueError("speculative_draft_model: required with speculative_algorithm='draft'")
 
@@ -263,9 +333,14 @@ class ServerConfig:
     api_key: Optional[str] = None
     api_keys_file: Optional[str] = None
     usage_db: Optional[str] = None
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     dp_size: int = 1
     cache_inspector_text: bool = False
+
+    def __post_init__(self) -> None:
+        check_choices(self)  # log_level
+        require(0 <= self.port < 65536, "port", "in [0, 65535]", self.port)
+        require(self.dp_size >= 1, "dp_size", ">= 1", self.dp_size)
 
 
 RoutingPolicy = Literal["cache_aware", "round_robin", "least_load"]
@@ -303,8 +378,21 @@ class RouterConfig:
     max_retries: int = 2
     request_timeout: float = 600.0
     api_key: Optional[str] = None
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     worker_dns: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        check_choices(self)  # policy, log_level
+        require(0 <= self.port < 65536, "port", "in [0, 65535]", self.port)
+        require(0.0 <= self.cache_threshold <= 1.0, "cache_threshold", "in [0, 1]", self.cache_threshold)
+        require(self.balance_abs_threshold >= 0, "balance_abs_threshold", ">= 0", self.balance_abs_threshold)
+        require(self.balance_rel_threshold >= 1.0, "balance_rel_threshold", ">= 1", self.balance_rel_threshold)
+        for name in ("max_tree_chars", "health_failure_threshold"):
+            require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
+        for name in ("eviction_interval", "health_check_interval", "request_timeout"):
+            require(getattr(self, name) > 0, name, "> 0 seconds", getattr(self, name))
+        require(self.max_retries >= 0, "max_retries", ">= 0", self.max_retries)
+        check_host_port("worker_dns", self.worker_dns)
 
 
 @dataclass(frozen=True)

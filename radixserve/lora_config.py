@@ -55,6 +55,8 @@ class LoRAConfig:
             raise ValueError("max_loras_per_batch: must be >= 1")
         if self.max_lora_rank is not None and self.max_lora_rank < 1:
             raise ValueError("max_lora_rank: must be >= 1")
+        if self.max_loaded_loras is not None and self.max_loaded_loras < 1:
+            raise ValueError("max_loaded_loras: must be >= 1 (unset: no bound)")
         if self.max_loaded_loras is not None and self.max_loaded_loras < len(self.lora_paths):
             raise ValueError("max_loaded_loras: must be at least the number of --lora-paths")
         bad = [m for m in self.lora_target_modules if m not in TARGET_MODULES and m not in ("all", "all-linear")]

@@ -205,7 +205,7 @@ def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path
     assert resolve_numerics(ModelConfig(), cuda, CONFIG, "unused", never, never) == Numerics(torch.bfloat16)
     with pytest.raises(ValueError, match="^quantization: int8 is implemented for the CPU only"):
         resolve_numerics(ModelConfig(quantization="int8"), cuda, CONFIG, "unused", never, never)
-    with pytest.raises(ValueError, match="^dtype: unknown dtype"):
+    with pytest.raises(ValueError, match="^dtype: must be one of auto, float32, bfloat16 \\(got 'int3'\\)"):
         resolve(dtype="int3")
 
 

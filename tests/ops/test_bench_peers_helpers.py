@@ -87,3 +87,37 @@ def test_batch_workload_rates_and_hit_rate() -> None:
     assert (res["prompt_tokens"], res["completion_tokens"], res["cached_tokens"]) == (5, 6, 2)
     assert res["hit_rate"] == pytest.approx(0.4)
     assert res["total_tok_s"] == pytest.approx(11 / res["time_s"])
+
+
+# ---------------------------------------------------------------- where the peers' Pythons are
+
+
+def test_the_peer_pythons_come_from_the_flag_then_the_env_var_then_the_default(monkeypatch) -> None:
+    from benchmarks.peer_procs import LLAMA, VLLM, peer_python
+
+    for spec, var in ((LLAMA, "BENCH_LLAMA_PYTHON"), (VLLM, "BENCH_VLLM_PYTHON")):
+        assert spec.env_var == var
+        monkeypatch.delenv(var, raising=False)
+        assert peer_python(spec) == spec.default_python
+        monkeypatch.setenv(var, "/somewhere/bin/python")
+        assert peer_python(spec) == "/somewhere/bin/python"
+        assert peer_python(spec, "/given/bin/python") == "/given/bin/python"
+
+
+def test_find_python_honours_the_env_var_and_skips_a_missing_peer_saying_how(monkeypatch, tmp_path) -> None:
+    """A Python named by the env var is used when it imports the peer's module; a missing one is
+    skipped with the install commands for that venv (vllm/libs made before tcmalloc is copied)."""
+    import sys
+    from dataclasses import replace
+
+    from benchmarks.peer_procs import VLLM, find_python
+
+    importable = replace(VLLM, module="json")  # what every Python can import
+    monkeypatch.setenv("BENCH_VLLM_PYTHON", sys.executable)
+    assert find_python(importable, None) == (sys.executable, "")
+    missing = str(tmp_path / "vllm-venv" / "bin" / "python")
+    monkeypatch.setenv("BENCH_VLLM_PYTHON", missing)
+    python, why = find_python(VLLM, None)
+    assert python is None and missing in why and "$BENCH_VLLM_PYTHON" in why
+    assert why.index("mkdir -p") < why.index("libtcmalloc_minimal.so.4 ")
+    assert f"python3 -m venv {tmp_path / 'vllm-venv'} " in why

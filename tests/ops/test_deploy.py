@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from radixserve.cli import build_parser
+from radixserve.cli import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -84,7 +84,7 @@ def _container_commands() -> list[list[str]]:
 def test_container_commands_parse(i):
     cmds = _container_commands()
     assert len(cmds) == 6
-    args = build_parser().parse_args(cmds[i])  # argparse exits on an unknown flag
+    args = parse_args(cmds[i])  # exits on an unknown flag or a value its config refuses
     assert args.command in ("serve", "router") and args.port == 30000 and args.host == "0.0.0.0"
 
 

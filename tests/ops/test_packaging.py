@@ -34,15 +34,23 @@ def test_a_bare_kernels_import_never_gets_ours():
 
 def test_wheel_ships_the_cpu_kernel_source(tmp_path):
     """The C++ source is compiled on the user's machine, so the wheel must carry it (and the
-    dashboard's static files, which the server reads from the package)."""
+    dashboard's static files, which the server reads from the package), and the build finds every
+    folder it ships listed in pyproject's packages (setuptools warns about one that is not)."""
+    import re
     import subprocess
     import sys
     import zipfile
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(root)], check=True, capture_output=True, timeout=300)
+    # -v: pip shows the build backend's output, where setuptools warns about package data folders
+    # that are not listed as packages
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
+                          str(tmp_path), str(root)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    absent = sorted(set(re.findall(r"Package '([\w.]+)' is absent from the `packages` configuration",
+                                   out.stdout + out.stderr)))
+    assert not absent, f"list these in pyproject.toml's [tool.setuptools] packages: {absent}"
     (wheel,) = tmp_path.glob("radixserve-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {"radixserve/kernels/cpu/paged_attention.cpp", "radixserve/kernels/cpu/fused_ops.cpp",

@@ -1,10 +1,13 @@
 """The README's fresh-machine commands say what they do: CI runs the README's test command,
 ``make test`` prints its slowest tests, and whatever the target does beyond running pytest
-(system packages through apt-get, its duration, the faster target) is written beside it."""
+(system packages through apt-get, its duration, the faster target) is written beside it; the browser
+comes without apt's recommended packages, and torch from a wheel index the user may name."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,3 +82,33 @@ def test_makefile_parser_on_a_sample():
     assert targets["a"] == (["b", "c"], ["echo a"])
     assert recipe_closure(targets, "a") == ["apt-get install x", "echo c", "echo a"]
     assert "X" not in targets
+
+
+def make_dry_run(*args: str) -> str:
+    """What ``make -n -B ARGS`` would run (nothing is run)."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("make"):
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", "-B", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_torch_comes_from_the_default_index_unless_an_index_is_named():
+    """``TORCH_INDEX_URL`` (empty by default) picks PyTorch's wheel index for torch, the default index
+    being the fallback when that install fails; the README says how."""
+    stamp = ".venv/.installed"
+    plain = [ln for ln in make_dry_run(stamp).splitlines() if "torch==" in ln]
+    assert len(plain) == 1 and "--index-url" not in plain[0] and re.search(r"pip install -q torch==[\d.]+$", plain[0])
+    url = "https://download.pytorch.org/whl/cpu"
+    (named,) = [ln for ln in make_dry_run(stamp, f"TORCH_INDEX_URL={url}").splitlines() if "torch==" in ln]
+    first, _, fallback = named.partition(" || ")
+    assert f"--index-url {url} torch==" in first and fallback.strip() == plain[0].strip()
+    assert f"TORCH_INDEX_URL={url}" in fresh_machine_section()
+
+
+def test_the_browser_is_installed_without_recommended_packages():
+    (line,) = [ln for ln in make_dry_run("browser").splitlines() if "apt-get install" in ln]
+    assert "--no-install-recommends" in line and "chromium" in line
