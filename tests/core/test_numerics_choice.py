@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from radixserve.config import ModelConfig
+from radixserve.model.quant import packed as packed_linear
 from radixserve.worker.tuning import quant_accuracy
 from radixserve.worker.tuning.kernel_timing import DENSE, PACKED, PATHS, cache_key, linear_shapes, measured_timings, \
     packed_paths, time_path
@@ -168,8 +169,16 @@ def test_verified_agreement_is_measured_once_per_model_and_method(tmp_path, tiny
     assert calls == ["int8", "int4"]
 
 
-def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path):
+def _packs(monkeypatch, dtypes: tuple) -> None:
+    """Pin what this CPU can pack: the decision logic is under test, not the machine (oneDNN's
+    bf16 packing needs AVX-512 or AVX-NE-CONVERT; an AVX2-only CPU packs fp32 only)."""
+    monkeypatch.setattr(packed_linear, "available", lambda d: d in dtypes)
+
+
+@pytest.mark.parametrize("packable", [(torch.float32, torch.bfloat16), (torch.float32,)], ids=["both", "fp32-only"])
+def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path, packable):
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    _packs(monkeypatch, packable)
     ms = (1, 2, 4, 8, 16, 64, 256, 1024)
     t = {p: {m: 1.0 for m in ms} for p in PATHS + packed_paths()}
     t["bfloat16"] = {m: 0.5 for m in ms}
@@ -196,7 +205,9 @@ def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path
     assert resolve(dtype="float32", quantization="w8a8") == Numerics(torch.float32, "w8a8")
     assert checked == [] and all(c in DENSE or c.endswith(PACKED) for c in calls)
     calls.clear()
-    assert resolve(quantization="none") == Numerics(torch.bfloat16, packed=packs) and calls == [] and checked == []
+    assert resolve(quantization="none") == Numerics(torch.bfloat16, packed=packs) and checked == []
+    assert calls == ([] if packs else ["bfloat16"])  # (bf16's plain timing came with its packed one above)
+    calls.clear()
     # int8 (0.1, 0.2, 0.5) is clearly faster than bf16 (packed 0.3 or plain 0.5) up to M = 2 only
     assert resolve() == Numerics(torch.bfloat16, "int8", 2, packs) and checked == ["int8"]
     assert calls == ["int8", "w8a8", "int4"]
@@ -220,13 +231,13 @@ def test_a_pinned_dense_kernel_overrides_the_timings():
     assert [c for _, c in candidates(t, "packed")] == [Numerics(torch.bfloat16, packed=True)]
 
 
-@pytest.mark.skipif(not packed_paths(), reason="this torch build has no oneDNN packed linear")
 @pytest.mark.parametrize("dtype,quantization", [("float32", "auto"), ("bfloat16", "none"), ("auto", "int8"),
                                                 ("auto", "none"), ("auto", "auto")])
 def test_resolve_numerics_takes_a_pinned_dense_kernel_as_given(monkeypatch, tmp_path, dtype, quantization):
     """Whatever the timings say (here packing is much faster for both dtypes), a pin decides,
     and a pinned kernel's variants are never timed; ``auto`` still chooses everything else."""
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    _packs(monkeypatch, (torch.float32, torch.bfloat16))
     ms = (1, 2, 4, 8, 16, 64, 256, 1024)
     t = {p: {m: 1.0 for m in ms} for p in PATHS + packed_paths()}
     t.update({p: {m: 0.1 for m in ms} for p in packed_paths()})
@@ -258,3 +269,34 @@ def test_config_and_cli_validate_dense_kernel():
         parser.parse_args(["--dense-kernel", "blocked"])
     with pytest.raises(ValueError, match="^dense_kernel: packed is implemented for the CPU only"):
         resolve_numerics(ModelConfig(dense_kernel="packed"), torch.device("cuda"), CONFIG, "unused", never, never)
+
+
+def test_a_cpu_that_cannot_pack_bf16_never_gets_it(monkeypatch, tmp_path):
+    """An AVX2-only CPU: pinning ``packed`` with bf16 is refused naming the dtype, and ``auto``
+    neither times nor picks bf16's packed path, however fast the (fake) timings would make it."""
+    monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    _packs(monkeypatch, (torch.float32,))
+    assert packed_paths() == ("float32" + PACKED,)
+    with pytest.raises(ValueError, match="no oneDNN packed linear for torch.bfloat16"):
+        resolve_numerics(ModelConfig(dtype="bfloat16", dense_kernel="packed"), CPU, CONFIG, "unused",
+                         fake_timer({}, []), never)
+    ms = (1, 2, 4, 8, 16, 64, 256, 1024)
+    t = {p: {m: 1.0 for m in ms} for p in PATHS + ("float32" + PACKED, "bfloat16" + PACKED)}
+    t["bfloat16" + PACKED] = {m: 0.01 for m in ms}
+    calls: list = []
+    got = resolve_numerics(ModelConfig(), CPU, CONFIG, "unused", fake_timer(t, calls), never)
+    assert not (got.dtype == torch.bfloat16 and got.packed) and "bfloat16" + PACKED not in calls
+
+
+def test_the_packing_probe_matches_what_onednn_does():
+    """``available`` packs and runs one tiny weight: where it says yes, a real layer packs and
+    runs; where it says no, oneDNN refuses (never a crash at model load)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        packed_linear.available.cache_clear()
+        w = torch.randn(32, 16).to(dtype)
+        if packed_linear.available(dtype):
+            y = packed_linear.PackedLinear(w, None)(torch.randn(3, 16).to(dtype))
+            assert y.shape == (3, 32)
+        else:
+            with pytest.raises(RuntimeError):
+                packed_linear.PackedLinear(w, None)(torch.randn(3, 16).to(dtype))

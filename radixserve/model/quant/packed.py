@@ -17,6 +17,7 @@ oneDNN tensor: the layer cannot be trained, moved or have its weight read back.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -25,11 +26,25 @@ from torch import nn
 PACK_HINT = 64  # the row count oneDNN tunes the layout for; every M runs on it (64 measured best)
 
 
+@functools.lru_cache(maxsize=None)
 def available(dtype: torch.dtype) -> bool:
-    """True when this torch build has oneDNN's packed linear for ``dtype`` on the CPU."""
-    return (dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available()
+    """True when this torch build has oneDNN's packed linear for ``dtype`` and this CPU runs it.
+
+    The build's ops are not enough: oneDNN's bf16 reorder refuses a CPU without AVX-512 (BW, VL,
+    DQ) or AVX-NE-CONVERT ("bf16 path needs the cpu support ..."), so one tiny weight is packed
+    and run once to find out."""
+    if not (dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        with torch.inference_mode():
+            w = torch.zeros(16, 16, dtype=dtype)
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, PACK_HINT)
+            torch.ops.mkldnn._linear_pointwise(torch.zeros(1, 16, dtype=dtype), packed, None, "none", [], "")
+    except RuntimeError:
+        return False
+    return True
 
 
 class PackedLinear(nn.Module):

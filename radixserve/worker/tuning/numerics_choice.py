@@ -78,10 +78,9 @@ def resolve_dtype(name: str, device: torch.device) -> Optional[torch.dtype]:
     """An explicit dtype name, or None for "auto"."""
     if name == "auto":
         return None
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # ModelConfig.dtype's choices (config.py)
     if name not in table:
-        raise ValueError(f"dtype: unknown dtype {name!r} (auto, float32, bfloat16, float16)")
+        raise ValueError(f"dtype: unknown dtype {name!r} (auto, float32, bfloat16)")
     return table[name]
 
 
