@@ -42,19 +42,20 @@ def walk(node: dict) -> list[dict]:
     return out
 
 
-def pinned_dense_kernel(path: Optional[str], device: str = "cpu") -> str:
+def pinned_dense_kernel(path: Optional[str], device: str = "cpu", dtype: str = "float32") -> str:
     """The dense-linear path the tests pin for a model, never the one a timing would pick:
     plain ``F.linear`` for the tiny random models (a few 64-wide matrices), oneDNN-packed
-    weights for real ones (SmolLM2) wherever this torch build can pack on the CPU, plain
-    elsewhere.  The choice rests on the model's shape and the build's capabilities alone, so a
-    given checkout and torch run the same path on every machine; tests of one path ask for it
-    by name."""
+    weights for real ones (SmolLM2) wherever this torch build and CPU can pack ``dtype`` (bf16
+    packing needs AVX-512 or AVX-NE-CONVERT; "auto" may become either), plain elsewhere.  The
+    choice rests on the model's shape and the machine's capabilities alone, never on a timing;
+    tests of one path ask for it by name."""
     from radixserve.model.quant.packed import available
 
     cfg = Path(path) / "config.json" if path else None
     hidden = json.loads(cfg.read_text()).get("hidden_size", 0) if cfg is not None and cfg.is_file() else None
     tiny = hidden is not None and hidden < 256
-    return "packed" if device == "cpu" and not tiny and available(torch.float32) else "plain"
+    dtypes = [torch.float32, torch.bfloat16] if dtype == "auto" else [getattr(torch, dtype, torch.float32)]
+    return "packed" if device == "cpu" and not tiny and all(available(d) for d in dtypes) else "plain"
 
 
 def make_engine(path: str, **kw):
@@ -63,7 +64,7 @@ def make_engine(path: str, **kw):
     from radixserve import Engine
 
     kw.setdefault("dtype", "float32")
-    kw.setdefault("dense_kernel", pinned_dense_kernel(path, kw.get("device", "cpu")))
+    kw.setdefault("dense_kernel", pinned_dense_kernel(path, kw.get("device", "cpu"), kw["dtype"]))
     kw.setdefault("max_total_tokens", 8192)
     return Engine(path, **kw)
 
