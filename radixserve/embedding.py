@@ -7,9 +7,10 @@ token); clients get it L2-normalized unless they ask ``normalize=False``.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 POOLINGS = ("last", "mean")
 
@@ -23,6 +24,8 @@ def check_pooling(value: Any, name: str = "pooling") -> str:
 
 def finalize(vec: Optional[np.ndarray], normalize: bool = True) -> list[float]:
     """The vector a client gets: float32 values, L2-normalized (in float64) when ``normalize``."""
+    import numpy as np  # here: the server's start does without numpy
+
     if vec is None:
         raise RuntimeError("the embedding request finished without a vector (aborted)")
     v = np.asarray(vec, dtype=np.float64)

@@ -7,9 +7,10 @@ them, so nothing here is ever written through these types.
 """
 from __future__ import annotations
 
-from typing import Optional, Protocol, Union
+from typing import TYPE_CHECKING, Optional, Protocol, Union
 
-from radixserve.constrained.runtime.fsm_state import GrammarState
+if TYPE_CHECKING:  # a type only: the server's start does without fsm_state's numpy
+    from radixserve.constrained.runtime.fsm_state import GrammarState
 
 
 class GrammarSampling(Protocol):

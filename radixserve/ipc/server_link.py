@@ -8,12 +8,13 @@ one socket.  Outputs are deltas: new token ids and new text since the previous m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Optional
 
 from radixserve.ipc.worker_link import TokenLogprob
 from radixserve.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # the array's type only: the detokenizer never loads numpy
+    import numpy as np
 
 
 @dataclass

@@ -8,11 +8,12 @@ the request's sampling parameters at the same time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Optional
 
 from radixserve.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # the arrays' type only: the detokenizer never loads numpy
+    import numpy as np
 
 
 @dataclass

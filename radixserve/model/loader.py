@@ -78,15 +78,26 @@ def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
 
 
 def load_config(hf_dir: str) -> Any:
-    from transformers import AutoConfig
-
+    """The model's config as transformers' ``AutoConfig`` reads it, checked (``model_class``).
+    Importing transformers costs seconds, so the first read of a config.json also keeps a
+    ``config_snapshot.ConfigSnapshot`` under ``$RADIXSERVE_CACHE/configs`` and later reads, in any
+    process, return that; except for a RoPE variant, whose reference functions take transformers'
+    config."""
+    from radixserve.model.config_snapshot import ConfigSnapshot, read_snapshot, snapshot_path, write_snapshot
     from radixserve.model.registry import model_class
 
-    config = AutoConfig.from_pretrained(hf_dir)
+    path = snapshot_path(hf_dir, cache_root())
+    config = read_snapshot(path, hf_dir) if path else None
+    if config is None:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(hf_dir)
     if getattr(config, "vision_config", None) is not None:  # e.g. Gemma 3's multimodal "gemma3"
         raise ValueError(f"model: {config.model_type} is a vision-language model; its image encoder is not "
                          "supported (serve its text-only checkpoint)")
     model_class(config)  # raises naming the architecture or the feature that is not built
+    if path and not isinstance(config, ConfigSnapshot):
+        write_snapshot(path, config, hf_dir)
     return config
 
 

@@ -2,9 +2,9 @@
 
 Contract:
 - ``start(name, target, *args)`` spawns ``target(*args, ready_conn, parent_pid)`` (the
-  "spawn" context; the child calls ``setup_child`` and sends one object on ``ready_conn``
-  once it is ready).  SIGINT/SIGTERM/SIGHUP are blocked across the spawn, so a signal to the
-  process group never reaches a child before it ignores them.
+  "spawn" context, through ``run_child``; the child calls ``setup_child`` and sends one object
+  on ``ready_conn`` once it is ready).  SIGINT/SIGTERM/SIGHUP are blocked across the spawn,
+  so a signal to the process group never reaches a child before it ignores them.
 - ``wait_ready`` returns every child's ready object, or raises ``ChildDied`` as soon as one
   exits first (RuntimeError after ``timeout``).
 - ``dead`` names the first child that exited and how (``ChildExit``); the owner polls it.
@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from radixserve.proc.child import IGNORED_SIGNALS, STOP_SIGNAL
+from radixserve.proc.child import IGNORED_SIGNALS, STOP_SIGNAL, run_child
 
 logger = logging.getLogger("radixserve.proc")
 
@@ -88,7 +88,8 @@ class Supervisor:
               needs: Sequence[str] = ()) -> None:
         """Spawn ``target(*args, ready_conn, parent_pid)`` as child ``name`` (see the module doc)."""
         recv, send = self._ctx.Pipe(duplex=False)
-        p = self._ctx.Process(target=target, name=f"radixserve-{name}", daemon=True, args=(*args, send, os.getpid()))
+        p = self._ctx.Process(target=run_child, name=f"radixserve-{name}", daemon=True,
+                              args=(target, *args, send, os.getpid()))
         with _group_signals_blocked():
             p.start()
         send.close()

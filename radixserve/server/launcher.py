@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import shutil
@@ -107,13 +108,7 @@ def model_name(path: str | None) -> str:
 
 def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     """Run the server until stopped; returns the process exit code."""
-    import uvicorn
-
-    from radixserve.tokenizer import load_light_tokenizer
     from radixserve.server.tenancy.accounting import Accounting, StartupError, open_accounting
-    from radixserve.server.app import ServerContext, create_app
-    from radixserve.server.tenancy.budget import Ledger
-    from radixserve.server.tokenizer_manager import TokenizerManager
 
     configure_logging(server_cfg.log_level, "server")
     try:
@@ -141,8 +136,17 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     from radixserve.worker.tp.group import with_rendezvous
 
     launcher = Launcher(with_rendezvous(cfg), server_cfg.log_level, stops)
+    gc.disable()  # until /health answers, as in the children (radixserve.proc.run_child)
     try:
         launcher.start()
+        # the HTTP side's imports overlap the children's start-up
+        import uvicorn
+
+        from radixserve.server.app import ServerContext, create_app
+        from radixserve.server.tenancy.budget import Ledger
+        from radixserve.server.tokenizer_manager import TokenizerManager
+        from radixserve.tokenizer import load_light_tokenizer
+
         tokenizer_path = cfg.model.tokenizer_path or hf_dir
         tokenizer = load_light_tokenizer(tokenizer_path)
         logger.info("loading the model in the worker process...")
@@ -161,9 +165,15 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         server = uvicorn.Server(uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
                                                log_level=server_cfg.log_level.lower(), timeout_graceful_shutdown=2))
 
-        async def main() -> None:
-            tasks = [asyncio.create_task(tm.recv_loop()), asyncio.create_task(launcher.watch(tm, server))]
+        async def started() -> None:  # the chat tokenizer's import would slow uvicorn's start
+            while not server.started:
+                await asyncio.sleep(0.05)
+            gc.enable()
             tm.chat.preload()
+
+        async def main() -> None:
+            tasks = [asyncio.create_task(tm.recv_loop()), asyncio.create_task(launcher.watch(tm, server)),
+                     asyncio.create_task(started())]
             if keys is not None:  # SIGHUP re-reads the keys file (a bad one keeps the old keys)
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, keys.reload)
             try:
