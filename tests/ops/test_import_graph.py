@@ -364,3 +364,11 @@ def test_a_family_is_registered_in_one_place():
             continue
         assert "@register(" in path.read_text(), f"{path.name} registers nothing"
         assert path.stem not in src, f"registry.py names {path.stem}: families are found by importing arch/"
+
+
+def test_model_and_constrained_stay_small_packages():
+    """``model/`` and ``constrained/`` are split by job: no folder of theirs holds more than 12 modules."""
+    for root in ("model", "constrained"):
+        for init in (REPO / "radixserve" / root).rglob("__init__.py"):
+            mods = [p for p in init.parent.glob("*.py") if p.name != "__init__.py"]
+            assert len(mods) <= 12, f"{init.parent.relative_to(REPO)} holds {len(mods)} modules: split it by job"
