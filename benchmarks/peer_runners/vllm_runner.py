@@ -57,7 +57,14 @@ def reexec_with_preload() -> None:
     if os.environ.get("BENCH_PEERS_PRELOADED"):
         return
     with open(sys.argv[1]) as f:
-        omp = json.load(f).get("options", {}).get("omp", "iomp")
+        reexec_with_preload_for(json.load(f).get("options", {}).get("omp", "iomp"))
+
+
+def reexec_with_preload_for(omp: str) -> None:
+    """Re-execute the running script (same argv) once with tcmalloc and the ``omp`` OpenMP
+    runtime preloaded, and vLLM's CPU defaults (ENV_DEFAULTS) where the caller set none."""
+    if os.environ.get("BENCH_PEERS_PRELOADED"):
+        return
     current = os.environ.get("LD_PRELOAD", "")
     libs = [lib for lib in preload_libs(omp) if os.path.basename(lib).split(".")[0] not in current]
     env = {**ENV_DEFAULTS, **os.environ, "BENCH_PEERS_PRELOADED": "1"}

@@ -55,6 +55,9 @@ class Scheduler:
         self.ratio = cfg.new_token_ratio
         self._release: list[str] = []
         self.num_retractions = 0
+        # work the model did: tokens forwarded (prefill chunks, decode and verify rows) and steps
+        self.forward_tokens = 0
+        self.forward_steps = 0
         self.hooks: list[Callable[[Req], None]] = []  # called for every finished request
         # structured generation: requests waiting for their grammar, and requests whose
         # jump-forward tokens need an extend step (both empty without constrained requests)
@@ -121,6 +124,8 @@ class Scheduler:
                 self.grammars.wait(0.05)  # nothing else to run: sleep until a compilation ends
             return touched
         result = self.worker.step(plan)
+        self.forward_tokens += sum(len(r.input_ids) for r in plan.reqs)
+        self.forward_steps += 1
         verify = any(r.num_draft for r in plan.reqs)  # decode-ready tokens only: nothing to cache yet
         return touched + self._process(plan, batch, result, cache=not forced and not verify)
 
@@ -309,7 +314,8 @@ class Scheduler:
 
     def stats(self) -> dict[str, Any]:
         s = self.kv.stats()
-        s.update(running=len(self.running), waiting=len(self.waiting), retractions=self.num_retractions)
+        s.update(running=len(self.running), waiting=len(self.waiting), retractions=self.num_retractions,
+                 forward_tokens=self.forward_tokens, forward_steps=self.forward_steps)
         if self.grammars.backend is not None:
             s.update(self.grammars.stats())
         return s

@@ -115,3 +115,23 @@ def test_prompt_logprobs_survive_a_retraction_mid_prompt(tiny_dir):
     assert len(got) == len(ids) == len(ref)
     assert got[0] is None and ref[0][0] is None
     assert all(abs(g.logprob - r[0]) < 1e-5 for g, r in zip(got[1:], ref[1:]))
+
+
+def test_forward_token_counters_count_the_work_done(tiny_engine):
+    """``stats()``'s forward_tokens: every prompt token not served from the cache, plus one per
+    decode step; a repeated prompt adds only its uncached tail and its decode steps."""
+    tiny_engine.flush_cache()
+    before = tiny_engine.stats()
+    prompt = list(range(200, 260))
+    sp = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}
+    out = tiny_engine.generate(input_ids=prompt, sampling_params=sp)
+    mid = tiny_engine.stats()
+    # 60 prompt tokens in the prefill (which samples the first token), then 4 decode rows
+    assert mid["forward_tokens"] - before["forward_tokens"] == 60 + 4
+    assert mid["forward_steps"] > before["forward_steps"]
+    again = tiny_engine.generate(input_ids=prompt, sampling_params=sp)
+    after = tiny_engine.stats()
+    assert again["output_ids"] == out["output_ids"]
+    cached = again["meta_info"]["cached_tokens"]
+    assert cached > 0
+    assert after["forward_tokens"] - mid["forward_tokens"] == (60 - cached) + 4
