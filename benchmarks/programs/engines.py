@@ -5,6 +5,7 @@ own token counters, cumulative), ``reset()`` (empty its prefix cache) and ``clos
 * ``radixserve-http``: ``radixserve serve`` + ``RuntimeEndpoint``; counters from
   ``/get_server_info`` (``forward_tokens``: tokens the model ran) and ``/cache/stats``;
 * ``radixserve``: in process, ``frontend_lang.Runtime``; the same counters from the Engine;
+* ``sglang-client``: SGLang's own client (``sglang_client.py``) against ``radixserve serve``;
 * ``vllm-server``: vLLM's OpenAI server (prefix caching on) + ``CompletionsBackend``;
   counters from its Prometheus ``/metrics``;
 * ``vllm-offline``: vLLM's ``LLM`` in its own Python + ``OfflineBatchBackend``; counters from
@@ -33,7 +34,7 @@ from benchmarks.peer_procs import LLAMA, VLLM, find_python
 from benchmarks.programs.completions_backend import VLLM as VLLM_FLAVOR
 from benchmarks.programs.completions_backend import CompletionsBackend, llama_flavor
 
-ENGINES = ("radixserve-http", "radixserve", "vllm-server", "vllm-offline", "llama.cpp")
+ENGINES = ("radixserve-http", "radixserve", "sglang-client", "vllm-server", "vllm-offline", "llama.cpp")
 RUNNERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peer_runners")
 
 
@@ -45,6 +46,7 @@ class Engine:
     reset: Callable[[], None]
     close: Callable[[], None]
     info: dict[str, Any] = field(default_factory=dict)
+    run_cell: Optional[Callable[..., dict[str, Any]]] = None  # (workload, concurrency) -> cell; None: run.py's
 
 
 def free_port() -> int:
@@ -101,17 +103,35 @@ def radix_counts(sched: dict[str, Any], cache: dict[str, Any]) -> dict[str, int]
             "computed_tokens": int(sched["forward_tokens"]), "forward_steps": int(sched["forward_steps"])}
 
 
-def radixserve_http(model: str, dtype: str, extra: list[str], logdir: str) -> Engine:
-    from frontend_lang import RuntimeEndpoint
-
+def radixserve_http(model: str, dtype: str, extra: list[str], logdir: str, client: str = "frontend_lang") -> Engine:
+    """``radixserve serve`` driven by ``frontend_lang``'s RuntimeEndpoint, or with ``client``
+    "sglang" by SGLang's own client."""
     port = free_port()
-    log = os.path.join(logdir, "radixserve-http.log")
+    name = "radixserve-http" if client == "frontend_lang" else "sglang-client"
+    log = os.path.join(logdir, f"{name}.log")
     cmd = [sys.executable, "-m", "radixserve.cli", "serve", "--model", model, "--port", str(port),
            "--dtype", dtype, "--log-level", "warning", *extra]
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", proc, log)
-    backend = RuntimeEndpoint(url)
+    run_cell = None
+    if client == "frontend_lang":
+        from frontend_lang import RuntimeEndpoint
+
+        backend: Any = RuntimeEndpoint(url)
+        close_backend, flush = backend.shutdown, backend.flush_cache
+    else:
+        from benchmarks.programs.sglang_client import import_sglang, run_cell_sglang
+
+        try:
+            sgl = import_sglang()
+        except ImportError as e:
+            stop(proc)
+            raise RuntimeError(f"SGLang's client is not installed ({e}); `make install` installs it") from None
+        backend = sgl.RuntimeEndpoint(url)
+        close_backend = lambda: None  # noqa: E731
+        flush = lambda: httpx.post(url + "/flush_cache", timeout=60)  # noqa: E731
+        run_cell = lambda wl, conc: run_cell_sglang(wl, backend, conc, sgl)  # noqa: E731
 
     def counters() -> dict[str, int]:
         sched = httpx.get(url + "/get_server_info", timeout=30).json()["scheduler"]
@@ -121,11 +141,11 @@ def radixserve_http(model: str, dtype: str, extra: list[str], logdir: str) -> En
         return out
 
     def close() -> None:
-        backend.shutdown()
+        close_backend()
         stop(proc)
 
-    return Engine("radixserve-http", backend, counters, lambda: backend.flush_cache() or None, close,
-                  {"command": " ".join(cmd[1:])})
+    return Engine(name, backend, counters, lambda: flush() and None, close, {"command": " ".join(cmd[1:])},
+                  run_cell)
 
 
 def radixserve_inproc(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> Engine:

@@ -79,8 +79,8 @@ def render(report: dict[str, Any]) -> str:
                     row.append(status(report, e, w) or "-")
                     continue
                 hit = x["counters"].get("hit_rate")
-                row.append(f"{x['programs_per_s']:.3f} ({x['latency_p50_s']:.2f} / {x['latency_p99_s']:.2f}; "
-                           f"{(hit or 0):.0%}; {x['computed_per_program']:.0f})")
+                lat = "-" if x["latency_p50_s"] is None else f"{x['latency_p50_s']:.2f} / {x['latency_p99_s']:.2f}"
+                row.append(f"{x['programs_per_s']:.3f} ({lat}; {(hit or 0):.0%}; {x['computed_per_program']:.0f})")
             lines.append(f"| {w} | " + " | ".join(row) + " |")
     lines += ["", "### radixserve over HTTP against vLLM's best configuration (programs/s ratio; computed "
                   "tokens vLLM / radixserve)", "", "| workload | " + " | ".join(f"C={c}" for c in concs) + " |",

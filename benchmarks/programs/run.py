@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -78,20 +77,21 @@ def bench_engine(eng: E.Engine, names: list[str], levels: list[tuple[int, int]],
         res: dict[str, Any] = {"cells": {}}
         out[name] = res
         try:
-            warm = WORKLOADS[name](1, seed + 1000, scale=scale)
-            run_cell(warm, eng.backend, 1)
+            runner = eng.run_cell or (lambda wl, conc: run_cell(wl, eng.backend, conc))
+            runner(WORKLOADS[name](1, seed + 1000, scale=scale), 1)
             for conc, n in levels:
                 wl = WORKLOADS[name](n, seed, scale=scale)
                 eng.reset()
                 before = eng.counters()
-                cell = run_cell(wl, eng.backend, conc)
+                cell = runner(wl, conc)
                 used = delta(eng.counters(), before)
                 used["hit_rate"] = used["cached_tokens"] / used["prompt_tokens"] if used.get("prompt_tokens") else None
                 cell["counters"] = used
                 cell["computed_per_program"] = used["computed_tokens"] / n
                 res["cells"][str(conc)] = cell
-                print(f"  {eng.name:16s} {name:20s} C={conc:<3d} n={n:<3d} {cell['programs_per_s']:8.3f} prog/s  "
-                      f"p50 {cell['latency_p50_s']:7.2f} s  p99 {cell['latency_p99_s']:7.2f} s  "
+                lat = "" if cell["latency_p50_s"] is None else (f"p50 {cell['latency_p50_s']:7.2f} s  "
+                                                                f"p99 {cell['latency_p99_s']:7.2f} s  ")
+                print(f"  {eng.name:16s} {name:20s} C={conc:<3d} n={n:<3d} {cell['programs_per_s']:8.3f} prog/s  {lat}"
                       f"hit {used['hit_rate'] or 0:5.1%}  computed/prog {cell['computed_per_program']:8.0f}",
                       flush=True)
         except BackendError as e:
@@ -110,6 +110,8 @@ def bench_engine(eng: E.Engine, names: list[str], levels: list[tuple[int, int]],
 def start(name: str, a: argparse.Namespace, model: str, hf_dir: str, logdir: str) -> E.Engine:
     if name == "radixserve-http":
         return E.radixserve_http(model, a.dtype, a.server_arg, logdir)
+    if name == "sglang-client":
+        return E.radixserve_http(model, a.dtype, a.server_arg, logdir, client="sglang")
     if name == "radixserve":
         return E.radixserve_inproc(model, a.dtype, {})
     if name == "vllm-server":
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--model", default=None, help=".gguf (default: SmolLM2-135M-Instruct Q4_1)")
     p.add_argument("--engines", default=",".join(E.ENGINES))
     p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--programs", default="1:4,8:16,32:32", help="CONCURRENCY:PROGRAMS,... (default %(default)s)")
+    p.add_argument("--programs", default="1:2,8:8,32:32", help="CONCURRENCY:PROGRAMS,... (default %(default)s)")
     p.add_argument("--scale", type=float, default=1.0, help="scales every workload's token budgets")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto", help="radixserve's --dtype")

@@ -6,8 +6,6 @@ changed to ``import frontend_lang as sgl``.
 from __future__ import annotations
 
 import ast
-import importlib.machinery
-import importlib.util
 import re
 import sys
 import types
@@ -57,19 +55,9 @@ def import_sglang() -> types.ModuleType:
     pytest.importorskip("sglang", reason="SGLang's client: make install (pip install --no-deps sglang==0.5.10.post1)")
     import transformers  # noqa: F401  (its availability checks must not see the stub)
 
-    stubbed = "torchvision" not in sys.modules and importlib.util.find_spec("torchvision") is None
-    if stubbed:
-        tv, io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
-        tv.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)
-        io.__spec__ = importlib.machinery.ModuleSpec("torchvision.io", None)
-        io.decode_jpeg, tv.io = None, io
-        sys.modules.update({"torchvision": tv, "torchvision.io": io})
-    try:
-        import sglang
-        import sglang.test.test_programs  # noqa: F401
-    finally:
-        if stubbed:
-            del sys.modules["torchvision"], sys.modules["torchvision.io"]
+    from benchmarks.programs.sglang_client import import_sglang as import_with_stub
+
+    sglang = import_with_stub()
     # test_gen_min_new_tokens counts tokens with SGLang's tokenizer loader, which needs the
     # SGLang server stack; transformers' AutoTokenizer loads the same tokenizer.
     helper = types.ModuleType("sglang.srt.utils.hf_transformers_utils")
