@@ -17,13 +17,11 @@ Counters, from vLLM's own outputs: ``prompt_tokens``, ``cached_tokens`` (``num_c
 from __future__ import annotations
 
 import json
-import os
 import sys
 from multiprocessing.connection import Listener
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vllm_runner import reexec_with_preload_for  # noqa: E402
+from vllm_runner import reexec_with_preload_for  # this script's folder is on sys.path (run as a script)
 
 
 def sampling(kind: str, params: dict[str, Any]) -> Any:

@@ -177,9 +177,9 @@ def radixserve_inproc(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> 
 # ---------------------------------------------------------------------- vLLM
 def vllm_env(python: str) -> dict[str, str]:
     """vLLM's CPU settings (as vllm_runner.py) with tcmalloc and libiomp5 preloaded."""
-    code = ("import sys; sys.path.insert(0, %r); from vllm_runner import preload_libs; "
-            "print(':'.join(preload_libs('iomp')))" % RUNNERS)
-    libs = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    code = "from vllm_runner import preload_libs; print(':'.join(preload_libs('iomp')))"
+    libs = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=RUNNERS).stdout.strip()  # python -c imports from its working folder
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0,1", "VLLM_CPU_KVCACHE_SPACE": "4",
            "VLLM_SERVER_DEV_MODE": "1", "BENCH_PEERS_PRELOADED": "1"}
     if libs:
