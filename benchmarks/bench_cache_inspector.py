@@ -13,7 +13,7 @@ import argparse
 import random
 import time
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.mem_cache.tree_inspect import SCAN_BUDGET, tree_snapshot
@@ -27,7 +27,7 @@ def build(num_nodes: int, seed: int = 0) -> RadixCache:
     systems = [[rnd.randrange(100, 40000) for _ in range(200)] for _ in range(50)]
     while cache.num_nodes < num_nodes:
         key = rnd.choice(systems) + [rnd.randrange(100, 40000) for _ in range(rnd.randrange(5, 40))]
-        cache.insert(key, torch.arange(slot, slot + len(key)))
+        cache.insert(key, np.arange(slot, slot + len(key)))
         slot += len(key)
     return cache
 
@@ -37,7 +37,6 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    torch.set_num_threads(1)
     for n in args.nodes:
         cache = build(n)
         print(f"tree: {cache.num_nodes} nodes, {cache.total_size()} tokens (scan budget {SCAN_BUDGET})")

@@ -21,7 +21,7 @@ import statistics
 import tempfile
 import time
 
-from tests.helpers.server_harness import ServerHandle
+from tests.helpers.server_harness import ServerHandle, process_names
 
 FLAGS = ("--max-total-tokens", "8192", "--chunked-prefill-size", "256")  # as shared_server
 HEAVY = ("transformers", "torch", "numpy", "tokenizers", "jinja2")
@@ -74,26 +74,6 @@ def import_report(log: str) -> tuple[float, set[str]]:
             if name.split(".")[0] in HEAVY:
                 heavy.add(name.split(".")[0])
     return total / 1e6, heavy
-
-
-def process_names(root: int) -> dict[int, str]:
-    """``root`` ("server") and its live descendants, by pid, named as in ``/proc/PID/comm``."""
-    names, todo = {root: "server"}, [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except OSError:
-            continue
-        for k in kids:
-            try:
-                with open(f"/proc/{k}/comm") as f:
-                    names[k] = f.read().strip()
-            except OSError:  # gone meanwhile
-                continue
-            todo.append(k)
-    return names
 
 
 def imports_run(model: str, folder: str, logs: str) -> None:

@@ -76,7 +76,7 @@ def sharegpt_texts() -> Optional[Iterable[str]]:
 
 def simulate_hit_rates(prompts: list[list[int]], pool: int) -> tuple[float, float]:
     """(hit rate with the pool alone, with unbounded lower tiers), requests in order, one at a time."""
-    import torch
+    import numpy as np
 
     from radixserve.ipc.tier_link import KVTierReply
     from radixserve.mem_cache.allocator import SlotAllocator
@@ -100,7 +100,7 @@ def simulate_hit_rates(prompts: list[list[int]], pool: int) -> tuple[float, floa
             if len(key) - len(slots) > alloc.available_size():
                 cache.evict(len(key) - len(slots) - alloc.available_size())
             new = alloc.alloc(len(key) - len(slots))
-            cache.cache_finished(key, torch.cat([slots, new]), len(slots), node)
+            cache.cache_finished(key, np.concatenate([slots, new]), len(slots), node)
             hit += len(slots)
         rates.append(hit / max(1, total))
     return rates[0], rates[1]

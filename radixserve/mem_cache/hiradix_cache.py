@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-import torch
+import numpy as np
 
 from radixserve.ipc.tier_link import KVTierReply, KVTierReq, TierMove
 from radixserve.mem_cache.allocator import SlotAllocator
@@ -87,11 +87,11 @@ class HiRadixCache(TierEviction, RadixCache):
             self.tiers.reset()
 
     # ---------------------------------------------------------------- lookup
-    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]:
+    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[np.ndarray, TreeNode]:
         """The pool part of the longest match (lower-tier nodes are left to ``fetch``)."""
         path = self._walk(key, salt, split_lower=False)
         pool = [n for n in path if n.value is not None]
-        value = torch.cat([n.value for n in pool]) if pool else torch.empty(0, dtype=torch.int64)
+        value = np.concatenate([n.value for n in pool]) if pool else np.empty(0, dtype=np.int64)
         return value, pool[-1] if pool else self.root
 
     def _walk(self, key: list[int], salt: Optional[str], split_lower: bool = True) -> list[TreeNode]:
@@ -166,12 +166,12 @@ class HiRadixCache(TierEviction, RadixCache):
         bad = min((i - base for i in failed if i >= base), default=len(lower))
         at = 0
         for i, node in enumerate(lower[:bad]):
-            node.value = slots[at: at + len(node.key)].clone()
+            node.value = slots[at: at + len(node.key)].copy()
             at += len(node.key)
             self.evictable_size += len(node.key)
             self.tiers.count_load("host" if loads[i].kind == "host_to_pool" else "disk", len(node.key))
         if at < total:
-            self.free_fn(slots[at:].clone())
+            self.free_fn(slots[at:].copy())
         if bad < len(lower):
             logger.warning("hierarchical cache: block %s of %d tokens did not load; recomputing them",
                            lower[bad].disk[0] if lower[bad].disk else "?", len(lower[bad].key))
@@ -180,13 +180,13 @@ class HiRadixCache(TierEviction, RadixCache):
         return at
 
     # ---------------------------------------------------------------- insert
-    def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
+    def insert(self, key: list[int], value: np.ndarray, salt: Optional[str] = None) -> int:
         node, pos, first_lower, fresh = self.root, 0, None, []
         stamp = next(clock)
         while pos < len(key):
             child = node.children.get(child_key(salt, key[pos]))
             if child is None:
-                new = TreeNode(list(key[pos:]), value[pos:].clone(), node, salt)
+                new = TreeNode(list(key[pos:]), np.array(value[pos:], dtype=np.int64), node, salt)
                 new.last_access = stamp
                 node.children[new.index_key] = new
                 self.evictable_size += len(new.key)
@@ -199,7 +199,7 @@ class HiRadixCache(TierEviction, RadixCache):
             child.last_access = stamp
             if child.value is None:  # a lower tier holds it: take the request's fresh slots
                 first_lower = pos if first_lower is None else first_lower
-                child.value = value[pos: pos + n].clone()
+                child.value = np.array(value[pos: pos + n], dtype=np.int64)
                 self.evictable_size += n
                 fresh.append(child)
             pos += n

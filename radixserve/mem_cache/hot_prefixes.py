@@ -13,7 +13,6 @@ import itertools
 from typing import Callable, Optional
 
 import numpy as np
-import torch
 
 from radixserve.ipc.persist_link import PersistNode
 from radixserve.mem_cache.prefix_cache import PrefixCache
@@ -25,7 +24,7 @@ def _heat(node: TreeNode) -> tuple[int, int]:
     return getattr(node, "hit_count", 0), node.last_access
 
 
-def select_hot(root: TreeNode, max_tokens: int) -> tuple[list[PersistNode], torch.Tensor]:
+def select_hot(root: TreeNode, max_tokens: int) -> tuple[list[PersistNode], np.ndarray]:
     """Up to ``max_tokens`` cached tokens as whole root-to-node paths, hottest first: nodes in
     parent-first order (a node's KV is only valid after its ancestors'), the last one possibly
     cut short, and the slots of their tokens concatenated in the same order.  Salted nodes are
@@ -41,7 +40,7 @@ def select_hot(root: TreeNode, max_tokens: int) -> tuple[list[PersistNode], torc
         if child.value is not None:  # the pool's nodes only (a hierarchical cache's lower tiers stay there)
             push(child, -1)
     nodes: list[PersistNode] = []
-    slots: list[torch.Tensor] = []
+    slots: list[np.ndarray] = []
     room = max_tokens
     while heap and room > 0:
         *_, node, parent = heapq.heappop(heap)
@@ -53,28 +52,28 @@ def select_hot(root: TreeNode, max_tokens: int) -> tuple[list[PersistNode], torc
             for child in node.children.values():
                 if child.value is not None:
                     push(child, len(nodes) - 1)
-    return nodes, (torch.cat(slots) if slots else torch.empty(0, dtype=torch.int64))
+    return nodes, (np.concatenate(slots) if slots else np.empty(0, dtype=np.int64))
 
 
-def insert_restored(cache: PrefixCache, nodes: list[PersistNode], slots: torch.Tensor,
-                    free_fn: Callable[[torch.Tensor], None]) -> int:
+def insert_restored(cache: PrefixCache, nodes: list[PersistNode], slots: np.ndarray,
+                    free_fn: Callable[[np.ndarray], None]) -> int:
     """Insert ``nodes`` (parent-first, ``slots`` holding their tokens' KV in node order) as
     unlocked tree nodes; slots of tokens the tree already held are freed.  Returns how many
     tokens the tree took."""
-    paths: list[tuple[list[int], torch.Tensor]] = []
+    paths: list[tuple[list[int], np.ndarray]] = []
     taken, at = 0, 0
     for node in nodes:
         n = len(node.tokens)
         own = slots[at:at + n]
         at += n
         key, value = (paths[node.parent] if node.parent >= 0 else ([], own[:0]))
-        key, value = key + node.tokens.tolist(), torch.cat([value, own])
+        key, value = key + node.tokens.tolist(), np.concatenate([value, own])
         paths.append((key, value))
         before = len(key) - n
         already = cache.insert(key, value, node.salt)
         dup = max(0, min(already, len(key)) - before)  # this node's tokens that were cached already
         if dup:
-            free_fn(own[:dup].clone())
+            free_fn(own[:dup].copy())
         taken += n - dup
     for (key, _), node in reversed(list(zip(paths, nodes))):  # the hottest get the newest LRU stamps
         _touch(cache.root, key, node.salt)

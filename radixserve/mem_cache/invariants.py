@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.allocator import SlotAllocator
 from radixserve.mem_cache.hiradix_cache import HiRadixCache
@@ -12,13 +12,13 @@ from radixserve.mem_cache.swa_slots import SwaSlotAllocator
 
 
 def check_memory_invariants(allocator: SlotAllocator, cache: PrefixCache,
-                            held: Iterable[tuple[torch.Tensor, object]] = ()) -> None:
+                            held: Iterable[tuple[np.ndarray, object]] = ()) -> None:
     """Every slot in 1..num_slots-1 is exactly one of: free, owned by one cache node, held
     by one running request (for either ``PrefixCache``).  ``held`` yields (slots held by a request, its locked node).
     Also checks the tree's structure and its size/lock accounting."""
     owners: dict[int, str] = {}
 
-    def claim(slots: torch.Tensor, who: str) -> None:
+    def claim(slots: np.ndarray, who: str) -> None:
         for s in slots.tolist():
             assert 0 < s < allocator.num_slots, f"slot {s} out of range ({who})"
             assert s not in owners, f"slot {s} owned twice: {owners[s]} and {who}"
@@ -84,7 +84,7 @@ def _check_tiers(cache: HiRadixCache) -> None:
 
 def _check_sliding(allocator: SwaSlotAllocator, free_full: set[int]) -> None:
     """Every sliding slot is free or the sliding slot of exactly one full slot that is in use."""
-    mapped = torch.nonzero(allocator.swa_of).squeeze(1).tolist()
+    mapped = np.flatnonzero(allocator.swa_of).tolist()
     assert not free_full.intersection(mapped), "a free slot keeps a sliding slot"
     used = allocator.swa_of[allocator.swa_of > 0].tolist()
     assert len(set(used)) == len(used), "a sliding slot given to two tokens"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.prefix_cache import Cached, PrefixCache
 from radixserve.mem_cache.tree_node import TreeNode
 
-_EMPTY = torch.empty(0, dtype=torch.int64)
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 class NoPrefixCache(PrefixCache):
@@ -22,10 +22,10 @@ class NoPrefixCache(PrefixCache):
 
     kind = "none"
 
-    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]:
+    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[np.ndarray, TreeNode]:
         return _EMPTY, self.root
 
-    def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
+    def insert(self, key: list[int], value: np.ndarray, salt: Optional[str] = None) -> int:
         return 0  # nothing is stored: ``value`` stays with the caller
 
     def inc_lock_ref(self, node: TreeNode) -> None:
@@ -34,13 +34,13 @@ class NoPrefixCache(PrefixCache):
     def dec_lock_ref(self, node: TreeNode) -> None:
         assert node is self.root, "NoPrefixCache: only the root can be unlocked"
 
-    def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
+    def cache_unfinished(self, key: list[int], slots: np.ndarray, cached_len: int,
                          node: TreeNode, salt: Optional[str] = None) -> Optional[Cached]:
         return None  # the request keeps its slots
 
-    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode,
+    def cache_finished(self, key: list[int], slots: np.ndarray, cached_len: int, node: TreeNode,
                        salt: Optional[str] = None) -> None:
-        self.free_fn(slots[cached_len:].clone())
+        self.free_fn(np.array(slots[cached_len:], dtype=np.int64))
 
     def evict(self, num_tokens: int) -> int:
         return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable, NamedTuple, Optional
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.cache_stats import CacheStats
 from radixserve.mem_cache.tree_node import TreeNode
@@ -22,7 +22,7 @@ class Cached(NamedTuple):
     the tree's (its row must be rewritten), else None."""
 
     node: TreeNode
-    slots: Optional[torch.Tensor]
+    slots: Optional[np.ndarray]
 
 
 class PrefixCache(ABC):
@@ -52,15 +52,15 @@ class PrefixCache(ABC):
     kind = "radix"
     tiered = False  # lower tiers below the pool (``fetch``/``prefetch`` do something): HiRadixCache
 
-    def __init__(self, free_fn: Callable[[torch.Tensor], None]) -> None:
+    def __init__(self, free_fn: Callable[[np.ndarray], None]) -> None:
         self.free_fn = free_fn
         # called with (the tree's slots, the request's duplicate slots of the same tokens) just
         # before the duplicates are freed (the sliding pool moves their sliding KV to the tree)
-        self.on_duplicates: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
+        self.on_duplicates: Optional[Callable[[np.ndarray, np.ndarray], None]] = None
         self.reset()
 
     def reset(self) -> None:
-        self.root = TreeNode([], torch.empty(0, dtype=torch.int64), None)
+        self.root = TreeNode([], np.empty(0, dtype=np.int64), None)
         self.root.lock_ref = 1
         self.evictable_size = 0
         self.protected_size = 0
@@ -95,7 +95,7 @@ class PrefixCache(ABC):
         }
 
     @abstractmethod
-    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]: ...
+    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[np.ndarray, TreeNode]: ...
 
     def fetch(self, key: list[int], salt: Optional[str] = None) -> int:
         """Bring the part of ``key``'s match that a lower tier holds into the pool (only the
@@ -107,7 +107,7 @@ class PrefixCache(ABC):
         hierarchical cache has one); changes nothing in the tree."""
 
     @abstractmethod
-    def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
+    def insert(self, key: list[int], value: np.ndarray, salt: Optional[str] = None) -> int:
         """Store ``value[i]`` as the slot of ``key[i]``; returns how many leading tokens were
         cached already (the caller frees its own duplicates ``value[cached_before:returned]``).
         ``NoPrefixCache`` stores nothing, returns 0 and leaves ``value`` with the caller."""
@@ -119,11 +119,11 @@ class PrefixCache(ABC):
     def dec_lock_ref(self, node: TreeNode) -> None: ...
 
     @abstractmethod
-    def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
+    def cache_unfinished(self, key: list[int], slots: np.ndarray, cached_len: int,
                          node: TreeNode, salt: Optional[str] = None) -> Optional[Cached]: ...
 
     @abstractmethod
-    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode,
+    def cache_finished(self, key: list[int], slots: np.ndarray, cached_len: int, node: TreeNode,
                        salt: Optional[str] = None) -> None: ...
 
     @abstractmethod

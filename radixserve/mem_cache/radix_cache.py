@@ -5,12 +5,12 @@ import heapq
 import time
 from typing import Optional
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.prefix_cache import Cached, PrefixCache
 from radixserve.mem_cache.tree_node import TreeNode, child_key, clock
 
-_EMPTY = torch.empty(0, dtype=torch.int64)
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 def _common_len(a: list[int], b: list[int]) -> int:
@@ -34,7 +34,7 @@ class RadixCache(PrefixCache):
     """
 
     # ---------------------------------------------------------------- lookup
-    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[torch.Tensor, TreeNode]:
+    def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[np.ndarray, TreeNode]:
         if not key:
             return _EMPTY, self.root
         node, values, pos = self.root, [], 0
@@ -50,7 +50,7 @@ class RadixCache(PrefixCache):
             values.append(child.value)
             pos += n
             node = child
-        value = torch.cat(values) if len(values) > 1 else (values[0] if values else _EMPTY)
+        value = np.concatenate(values) if len(values) > 1 else (values[0] if values else _EMPTY)
         return value, node
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
@@ -74,13 +74,13 @@ class RadixCache(PrefixCache):
         lost its first ``n`` tokens to ``upper``)."""
 
     # ---------------------------------------------------------------- insert
-    def insert(self, key: list[int], value: torch.Tensor, salt: Optional[str] = None) -> int:
+    def insert(self, key: list[int], value: np.ndarray, salt: Optional[str] = None) -> int:
         node, pos = self.root, 0
         stamp, now = next(clock), time.monotonic()
         while pos < len(key):
             child = node.children.get(child_key(salt, key[pos]))
             if child is None:
-                new = TreeNode(list(key[pos:]), value[pos:].clone(), node, salt)
+                new = TreeNode(list(key[pos:]), np.array(value[pos:], dtype=np.int64), node, salt)
                 new.last_access, new.access_time = stamp, now
                 node.children[new.index_key] = new
                 self.evictable_size += len(new.key)
@@ -95,7 +95,7 @@ class RadixCache(PrefixCache):
         return pos
 
     # ---------------------------------------------------------------- requests
-    def _take_over(self, key: list[int], slots: torch.Tensor, cached_len: int, salt: Optional[str]) -> bool:
+    def _take_over(self, key: list[int], slots: np.ndarray, cached_len: int, salt: Optional[str]) -> bool:
         """Insert the request's tokens and free its duplicates of tokens the tree already held
         past ``cached_len``; True when there were any (its row must then use the tree's slots)."""
         already = self.insert(key, slots, salt)
@@ -103,10 +103,10 @@ class RadixCache(PrefixCache):
             if self.on_duplicates is not None:
                 tree_slots = self.match_prefix(key[:already], salt)[0]
                 self.on_duplicates(tree_slots[cached_len:already], slots[cached_len:already])
-            self.free_fn(slots[cached_len: already].clone())
+            self.free_fn(np.array(slots[cached_len: already], dtype=np.int64))
         return already > cached_len
 
-    def cache_unfinished(self, key: list[int], slots: torch.Tensor, cached_len: int,
+    def cache_unfinished(self, key: list[int], slots: np.ndarray, cached_len: int,
                          node: TreeNode, salt: Optional[str] = None) -> Optional[Cached]:
         rewritten = self._take_over(key, slots, cached_len, salt)
         tree_slots, last = self.match_prefix(key, salt)
@@ -115,7 +115,7 @@ class RadixCache(PrefixCache):
         self.dec_lock_ref(node)
         return Cached(last, tree_slots if rewritten else None)
 
-    def cache_finished(self, key: list[int], slots: torch.Tensor, cached_len: int, node: TreeNode,
+    def cache_finished(self, key: list[int], slots: np.ndarray, cached_len: int, node: TreeNode,
                        salt: Optional[str] = None) -> None:
         self._take_over(key, slots, cached_len, salt)
         self.dec_lock_ref(node)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, NamedTuple, Optional
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.prefix_cache import PrefixCache
 from radixserve.mem_cache.swa_slots import SwaSlotAllocator
@@ -28,13 +28,13 @@ class Window(NamedTuple):
     """What one running (or being admitted) request reads: its row of slots, the tokens the
     tree owns (``cached_len``, locked through ``node``) and the tokens computed (``kv_len``)."""
 
-    row: torch.Tensor
+    row: np.ndarray
     cached_len: int
     kv_len: int
     node: Optional[TreeNode]
 
 
-def _candidates(alloc: SwaSlotAllocator, cache: PrefixCache, windows: list[Window]) -> Iterator[torch.Tensor]:
+def _candidates(alloc: SwaSlotAllocator, cache: PrefixCache, windows: list[Window]) -> Iterator[np.ndarray]:
     """Full slots whose sliding KV no window reads: requests' own tokens first, then the tree's
     nodes no request needs, least recently used first (some may have no sliding slot left)."""
     w = alloc.window
@@ -70,10 +70,10 @@ def reclaim_sliding(alloc: SwaSlotAllocator, cache: PrefixCache, windows: Iterab
 def reclaimable(alloc: SwaSlotAllocator, cache: PrefixCache, windows: Iterable[Window]) -> int:
     """How many sliding slots ``reclaim_sliding`` could free now (nothing is freed)."""
     swa_of = alloc.swa_of
-    return sum(int((swa_of[slots.long()] > 0).sum()) for slots in _candidates(alloc, cache, list(windows)))
+    return sum(int((swa_of[slots] > 0).sum()) for slots in _candidates(alloc, cache, list(windows)))
 
 
-def transfer_sliding(alloc: SwaSlotAllocator, tree_slots: torch.Tensor, dup_slots: torch.Tensor) -> None:
+def transfer_sliding(alloc: SwaSlotAllocator, tree_slots: np.ndarray, dup_slots: np.ndarray) -> None:
     """A request computed tokens the tree already held (``dup_slots``, about to be freed, the
     same tokens at the same positions as ``tree_slots``): where the tree's copy lost its sliding
     KV and the request's has it, the tree's token takes the request's sliding slot."""

@@ -20,7 +20,6 @@ was released frees only its full slot).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
 
@@ -35,7 +34,7 @@ class SwaSlotAllocator(SlotAllocator):
             raise ValueError("sliding window: must be >= 1")
         self.window = window
         self.sliding = SlotAllocator(num_swa_slots)
-        self.swa_of = torch.zeros(num_slots, dtype=torch.int64)
+        self.swa_of = np.zeros(num_slots, dtype=np.int64)
 
     @property
     def num_swa_slots(self) -> int:
@@ -44,7 +43,7 @@ class SwaSlotAllocator(SlotAllocator):
     def sliding_available(self) -> int:
         return self.sliding.available_size()
 
-    def alloc(self, n: int) -> torch.Tensor | None:
+    def alloc(self, n: int) -> np.ndarray | None:
         if n > self.sliding.available_size() or n > self.available_size():
             return None
         full, swa = super().alloc(n), self.sliding.alloc(n)
@@ -52,32 +51,32 @@ class SwaSlotAllocator(SlotAllocator):
         self.swa_of[full] = swa
         return full
 
-    def free(self, slots: torch.Tensor) -> None:
-        if slots.numel():
+    def free(self, slots: np.ndarray) -> None:
+        slots = np.asarray(slots, dtype=np.int64)
+        if slots.size:
             self.release_sliding(slots)
             super().free(slots)
 
-    def release_sliding(self, slots: torch.Tensor) -> int:
+    def release_sliding(self, slots: np.ndarray) -> int:
         """Free the sliding slots of full ``slots`` (those that still have one); their full
         slots stay where they are.  Returns how many were freed."""
-        slots = slots.to(torch.int64)
+        slots = np.asarray(slots, dtype=np.int64)
         mapped = self.swa_of[slots]
-        kept = mapped[mapped > 0]
-        if kept.numel():
-            self.sliding.free(kept.clone())
+        kept = mapped[mapped > 0]  # a copy (boolean indexing)
+        if kept.size:
+            self.sliding.free(kept)
             self.swa_of[slots] = 0
-        return int(kept.numel())
+        return int(kept.size)
 
-    def sliding_of(self, slots: torch.Tensor | np.ndarray) -> np.ndarray:
+    def sliding_of(self, slots: np.ndarray) -> np.ndarray:
         """The sliding slot of each full slot (0: none), as int64 numpy (for the worker)."""
-        idx = torch.as_tensor(np.asarray(slots, dtype=np.int64))
-        return self.swa_of[idx].numpy()
+        return self.swa_of[np.asarray(slots, dtype=np.int64)]
 
     def reset(self) -> None:
         self.__init__(self.num_slots, self.sliding.num_slots, self.window)
 
 
-def usable_prefix(swa_of: torch.Tensor, slots: torch.Tensor, window: int) -> int:
+def usable_prefix(swa_of: np.ndarray, slots: np.ndarray, window: int) -> int:
     """The longest prefix length ``m <= len(slots)`` of a cached match whose last ``window``
     tokens all keep their sliding KV (what the sliding layers of the token at ``m`` and after
     read; ``window`` is one more than they need, for margin).  A longer match would give the
@@ -85,7 +84,7 @@ def usable_prefix(swa_of: torch.Tensor, slots: torch.Tensor, window: int) -> int
     m = len(slots)
     if m == 0:
         return 0
-    missing = torch.nonzero(swa_of[slots] == 0).squeeze(1).tolist()
+    missing = np.flatnonzero(swa_of[np.asarray(slots, dtype=np.int64)] == 0).tolist()
     while missing and m > 0:
         last = missing[-1]
         if last < m - window:

@@ -12,7 +12,6 @@ import heapq
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from radixserve.ipc.tier_link import TierMove
 from radixserve.mem_cache.cache_stats import CacheStats
@@ -20,8 +19,8 @@ from radixserve.mem_cache.tier_state import TierState
 from radixserve.mem_cache.tree_node import TreeNode
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.numpy().astype(np.int64, copy=True)
+def _np(t: np.ndarray) -> np.ndarray:
+    return np.array(t, dtype=np.int64)  # a copy: the message must not change with the tree
 
 
 class TierEviction:
@@ -29,7 +28,7 @@ class TierEviction:
     tiers: TierState
     _moves: list[TierMove]
     _block_ids: Any
-    free_fn: Callable[[torch.Tensor], None]
+    free_fn: Callable[[np.ndarray], None]
     evictable_size: int
     evicted_tokens: int
     num_nodes: int

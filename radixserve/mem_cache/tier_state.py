@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.allocator import SlotAllocator
 from radixserve.mem_cache.tree_node import TreeNode
@@ -34,7 +34,7 @@ class TierState:
         self.lost_blocks = 0
 
     # ---------------------------------------------------------------- host
-    def host_alloc(self, n: int, evict: Callable[[int], None]) -> Optional[torch.Tensor]:
+    def host_alloc(self, n: int, evict: Callable[[int], None]) -> Optional[np.ndarray]:
         """``n`` host slots, evicting host entries (``evict(short)``) when short; None when the
         tier cannot hold ``n`` tokens."""
         if n > self.host.num_slots - 1:

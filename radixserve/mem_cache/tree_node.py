@@ -11,7 +11,7 @@ import itertools
 import time
 from typing import Hashable, Optional
 
-import torch
+import numpy as np
 
 clock = itertools.count()  # access stamps: eviction frees the least recently used leaves first
 
@@ -33,7 +33,7 @@ class TreeNode:
     __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access", "salt", "hit_count",
                  "access_time", "host", "disk")
 
-    def __init__(self, key: list[int], value: Optional[torch.Tensor], parent: Optional["TreeNode"],
+    def __init__(self, key: list[int], value: Optional[np.ndarray], parent: Optional["TreeNode"],
                  salt: Optional[str] = None) -> None:
         self.key = key  # token ids on the edge from parent to this node
         self.value = value  # int64 KV slots, one per key token (None: not in the pool)
@@ -44,7 +44,7 @@ class TreeNode:
         self.salt = salt  # the cache namespace (None: the shared one)
         self.hit_count = 0
         self.access_time = time.monotonic()
-        self.host: Optional[torch.Tensor] = None
+        self.host: Optional[np.ndarray] = None
         self.disk: Optional[tuple[str, int]] = None
 
     @property

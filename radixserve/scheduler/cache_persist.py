@@ -46,7 +46,7 @@ class CachePersister:
     def restore(self) -> KVRestoreReply:
         """Load the worker's file into reserved slots and the tree (before serving starts)."""
         slots = self.kv.reserve_for_restore(min(self.max_tokens, int(self.kv.free_slots() * RESTORE_SHARE)))
-        reply = self.link.restore_prefixes(KVRestoreReq(slots.numpy()))
+        reply = self.link.restore_prefixes(KVRestoreReq(slots))
         used = min(reply.used, len(slots))
         self.restored_tokens = self.kv.adopt(reply.nodes if used else [], slots, used)
         logger.info("warm restart: %s; %d tokens in the prefix cache", reply.message, self.restored_tokens)
@@ -56,13 +56,13 @@ class CachePersister:
         """Send the hottest prefixes (at most the byte budget) to the worker to persist; with
         ``if_changed``, nothing (None) when they are the ones the last successful save sent."""
         nodes, slots = self.kv.hot_prefixes(self.max_tokens)
-        digest = hashlib.sha256(slots.numpy().tobytes())
+        digest = hashlib.sha256(slots.tobytes())
         for n in nodes:
             digest.update(repr((n.parent, n.salt)).encode() + n.tokens.tobytes())
         if if_changed and digest.digest() == self._saved:
             return None
         t0 = time.perf_counter()
-        reply = self.link.save_prefixes(KVSaveReq(nodes, slots.numpy(), wait))
+        reply = self.link.save_prefixes(KVSaveReq(nodes, slots, wait))
         self.last_save = reply
         self._saved = digest.digest() if reply.ok else None
         if reply.ok:

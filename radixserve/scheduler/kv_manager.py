@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 import numpy as np
-import torch
 
 from radixserve.mem_cache.allocator import SlotAllocator
 from radixserve.mem_cache.continuation import continuation
@@ -45,7 +44,7 @@ from radixserve.scheduler.req import Req
 class PrefixMatch(NamedTuple):
     """A cached prefix, locked (``match_and_lock``) until ``admit`` or ``unlock``."""
 
-    slots: torch.Tensor
+    slots: np.ndarray
     node: TreeNode
 
     @property
@@ -115,7 +114,7 @@ class KVManager(KVViews):
         """Slots free in the allocator (without evicting)."""
         return self._allocator.available_size()
 
-    def row(self, req: Req) -> torch.Tensor:
+    def row(self, req: Req) -> np.ndarray:
         """The request's row of slots (int32).  Read-only for the caller."""
         return self._rows.table[req.row]
 
@@ -128,9 +127,9 @@ class KVManager(KVViews):
     def match_len(self, req: Req) -> int:
         """How many leading tokens of ``req`` are cached (refreshes their LRU stamps; may
         split a node).  Locks nothing."""
-        return self._match(req)[0].numel()
+        return len(self._match(req)[0])
 
-    def _match(self, req: Req) -> tuple[torch.Tensor, TreeNode]:
+    def _match(self, req: Req) -> tuple[np.ndarray, TreeNode]:
         """The cached prefix ``req`` may use (cut where a sliding layer would miss keys)."""
         key = req.fill_ids[: req.prefix_match_limit()]
         slots, node = self._cache.match_prefix(key, req.cache_salt)
@@ -175,8 +174,8 @@ class KVManager(KVViews):
         req.row, req.last_node = row, match.node
         req.kv_len = req.cached_len = match.length
         table = self._rows.table
-        table[row, : match.length] = match.slots.to(torch.int32)
-        table[row, match.length: match.length + n] = slots.to(torch.int32)
+        table[row, : match.length] = match.slots
+        table[row, match.length: match.length + n] = slots
         self._live[row] = req
         return True
 
@@ -189,7 +188,7 @@ class KVManager(KVViews):
             return False
         at, table = 0, self._rows.table
         for req, n in batch:
-            table[req.row, req.kv_len: req.kv_len + n] = slots[at: at + n].to(torch.int32)
+            table[req.row, req.kv_len: req.kv_len + n] = slots[at: at + n]
             at += n
         return True
 
@@ -216,7 +215,7 @@ class KVManager(KVViews):
     def free_tail(self, req: Req, n: int) -> None:
         """Return slots allocated for ``n`` positions after ``kv_len`` that were never used."""
         row = self._rows.table[req.row]
-        self._allocator.free(row[req.kv_len: req.kv_len + n].long().clone())
+        self._allocator.free(row[req.kv_len: req.kv_len + n].astype(np.int64))
 
     def discard_rejected(self, req: Req, n: int) -> None:
         """Speculative decoding: the step computed ``n`` positions after ``kv_len`` that the
@@ -233,7 +232,7 @@ class KVManager(KVViews):
             return []
         return continuation(req.last_node, req.fill_ids[req.cached_len:], n, req.cache_salt)
 
-    def _alloc(self, n: int) -> Optional[torch.Tensor]:
+    def _alloc(self, n: int) -> Optional[np.ndarray]:
         self.make_room(n)
         return self._allocator.alloc(n)
 
@@ -250,12 +249,12 @@ class KVManager(KVViews):
         if req.kv_len <= req.cached_len:
             return False
         row = self._rows.table[req.row]
-        got = self._cache.cache_unfinished(req.fill_ids[: req.kv_len], row[: req.kv_len].long(),
+        got = self._cache.cache_unfinished(req.fill_ids[: req.kv_len], row[: req.kv_len].astype(np.int64),
                                            req.cached_len, req.last_node, req.cache_salt)
         if got is None:
             return False
         if got.slots is not None:
-            row[: req.kv_len] = got.slots.to(torch.int32)
+            row[: req.kv_len] = got.slots
         req.last_node, req.cached_len = got.node, req.kv_len
         return got.slots is not None
 
@@ -264,7 +263,7 @@ class KVManager(KVViews):
         (or back to the allocator) and its lock is dropped.  Slots allocated past ``kv_len``
         must have been computed or returned with ``free_tail`` first."""
         row = self._rows.table[req.row]
-        self._cache.cache_finished(req.fill_ids[: req.kv_len], row[: req.kv_len].long(), req.cached_len, req.last_node,
+        self._cache.cache_finished(req.fill_ids[: req.kv_len], row[: req.kv_len].astype(np.int64), req.cached_len, req.last_node,
                                    req.cache_salt)
         self._rows.free(req.row)
         del self._live[req.row]
@@ -272,12 +271,12 @@ class KVManager(KVViews):
         req.on_worker = False
 
     # ------------------------------------------------------------------ admin
-    def held(self) -> list[tuple[torch.Tensor, Optional[TreeNode]]]:
+    def held(self) -> list[tuple[np.ndarray, Optional[TreeNode]]]:
         """(slots held, locked node) of every request holding a row, for the invariants."""
         table = self._rows.table
-        return [(table[r][req.cached_len: req.kv_len].long(), req.last_node) for r, req in self._live.items()]
+        return [(table[r][req.cached_len: req.kv_len].astype(np.int64), req.last_node) for r, req in self._live.items()]
 
-    def check_invariants(self, held: Optional[Iterable[tuple[torch.Tensor, Any]]] = None) -> None:
+    def check_invariants(self, held: Optional[Iterable[tuple[np.ndarray, Any]]] = None) -> None:
         """Raise AssertionError unless every slot is in exactly one state (``held``: the
         requests' slots, ``held()`` by default)."""
         check_memory_invariants(self._allocator, self._cache, self.held() if held is None else held)

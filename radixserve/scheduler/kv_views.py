@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import torch
+import numpy as np
 
 from radixserve.ipc.persist_link import PersistNode
 from radixserve.mem_cache.allocator import SlotAllocator
@@ -58,22 +58,22 @@ class KVViews:
         return s
 
     # ------------------------------------------------------------------ warm restart
-    def hot_prefixes(self, max_tokens: int) -> tuple[list[PersistNode], torch.Tensor]:
+    def hot_prefixes(self, max_tokens: int) -> tuple[list[PersistNode], np.ndarray]:
         """The hottest cached prefixes (``mem_cache/hot_prefixes.py``) and their slots;
         read-only.  Nothing without a sharing cache."""
         if not isinstance(self._cache, RadixCache) or self._swa is not None:
-            return [], torch.empty(0, dtype=torch.int64)
+            return [], np.empty(0, dtype=np.int64)
         return select_hot(self._cache.root, max_tokens)
 
-    def reserve_for_restore(self, n: int) -> torch.Tensor:
+    def reserve_for_restore(self, n: int) -> np.ndarray:
         """Up to ``n`` free slots (no eviction) that must go back through ``adopt``."""
         restorable = isinstance(self._cache, RadixCache) and self._swa is None
         n = min(n, self._allocator.available_size()) if restorable else 0
-        return self._allocator.alloc(n) if n > 0 else torch.empty(0, dtype=torch.int64)
+        return self._allocator.alloc(n) if n > 0 else np.empty(0, dtype=np.int64)
 
-    def adopt(self, nodes: list[PersistNode], slots: torch.Tensor, used: int) -> int:
+    def adopt(self, nodes: list[PersistNode], slots: np.ndarray, used: int) -> int:
         """Insert restored nodes whose KV the worker wrote into ``slots[:used]`` (unlocked,
         evictable); frees every reserved slot the tree does not keep.  Returns tokens kept."""
         taken = insert_restored(self._cache, nodes, slots[:used], self._allocator.free) if used else 0
-        self._allocator.free(slots[used:].clone())
+        self._allocator.free(slots[used:].copy())
         return taken

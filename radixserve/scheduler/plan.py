@@ -4,14 +4,13 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from radixserve.ipc.worker_link import ReqInit, StepReq
 from radixserve.scheduler.pooling import pool_mode
 from radixserve.scheduler.req import Req
 
 
-def make_step_req(req: Req, row: torch.Tensor, n: int, eos_ids: tuple[int, ...],
+def make_step_req(req: Req, row: np.ndarray, n: int, eos_ids: tuple[int, ...],
                   draft: Sequence[int] = (), drafts_in_worker: bool = False) -> StepReq:
     """The next ``n`` tokens of ``req`` (from ``req.kv_len``), then the proposed ``draft``
     tokens to verify (speculative decoding; placeholders that the worker's draft model
@@ -23,14 +22,14 @@ def make_step_req(req: Req, row: torch.Tensor, n: int, eos_ids: tuple[int, ...],
     ids = req.fill_ids[start: start + n] + list(draft)
     sample = start + n == req.fill_len and req.remaining_new_tokens() > 0
     sr = StepReq(req.rid, req.row, start, np.asarray(ids, dtype=np.int64),
-                 row[start: start + len(ids)].numpy().astype(np.int64), sample, len(req.output_ids),
+                 row[start: start + len(ids)].astype(np.int64), sample, len(req.output_ids),
                  return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num, num_draft=len(draft),
                  draft_by_worker=drafts_in_worker and bool(draft))
     if req.pooling is not None:
         sr.pool = pool_mode(req, start, n)
     if not req.on_worker or req.resync:
         req.resync = False
-        sr.prefix_slots = row[:start].numpy().astype(np.int64)
+        sr.prefix_slots = row[:start].astype(np.int64)
     if not req.on_worker:
         sp = req.sampling
         pen = sp.needs_penalty()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.scheduler.req import Req
@@ -76,4 +76,4 @@ class InBatchPrefixFilter:
 
     def add(self, tokens: list[int], salt: Optional[str] = None) -> None:
         if self.threshold > 0:
-            self.tree.insert(tokens, torch.zeros(len(tokens), dtype=torch.int64), salt)
+            self.tree.insert(tokens, np.zeros(len(tokens), dtype=np.int64), salt)

@@ -28,7 +28,6 @@ import time
 import traceback
 from typing import Any, Optional
 
-import torch
 import zmq
 
 from radixserve.config import EngineConfig
@@ -209,7 +208,6 @@ class SchedulerLoop:
 def run_scheduler(cfg: EngineConfig, log_level: str, addrs: IPCAddrs, ready_conn, parent_pid: int) -> None:
     """Process entry point (spawned by the launcher)."""
     setup_child("scheduler", log_level, parent_pid)
-    torch.set_num_threads(1)
     loop = SchedulerLoop(cfg, addrs, zmq.Context())
     if loop.persister is not None:  # the stop request ends the loop after the current step; then the save
         on_stop(lambda: setattr(loop, "stopping", True))

@@ -6,7 +6,7 @@ slots are disjoint from each other and from the free ones.
 """
 from __future__ import annotations
 
-import torch
+import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -26,7 +26,7 @@ class SlotAllocatorMachine(RuleBasedStateMachine):
         super().__init__()
         self.a = SlotAllocator(self.NUM_SLOTS)
         self.model_free = set(range(1, self.NUM_SLOTS))
-        self.held: list[torch.Tensor] = []  # allocations not (fully) freed yet
+        self.held: list[np.ndarray] = []  # allocations not (fully) freed yet
 
     def _held_slots(self) -> list[int]:
         return [s for t in self.held for s in t.tolist()]
@@ -40,31 +40,31 @@ class SlotAllocatorMachine(RuleBasedStateMachine):
             assert self.a.available_size() == before, "failed alloc took slots"
             return
         assert out is not None, f"alloc({n}) failed with {len(self.model_free)} free"
-        assert out.dtype == torch.int64 and out.dim() == 1 and out.numel() == n
+        assert out.dtype == np.int64 and out.ndim == 1 and out.size == n
         got = out.tolist()
         assert 0 not in got, "slot 0 (padding) handed out"
         assert len(set(got)) == n, f"duplicate slots in one alloc: {got}"
         assert set(got) <= self.model_free, f"handed out slots that are not free: {set(got) - self.model_free}"
         self.model_free -= set(got)
         if n:
-            self.held.append(out.clone())
+            self.held.append(out.copy())
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), as_int32=st.booleans())
     def free(self, data, as_int32):
         i = data.draw(st.integers(0, len(self.held) - 1))
         t = self.held.pop(i)
-        k = data.draw(st.integers(0, t.numel()))
-        perm = torch.tensor(data.draw(st.permutations(range(t.numel()))), dtype=torch.int64)
+        k = data.draw(st.integers(0, t.size))
+        perm = np.array(data.draw(st.permutations(range(t.size))), dtype=np.int64)
         give, keep = t[perm[:k]], t[perm[k:]]
-        self.a.free(give.to(torch.int32) if as_int32 else give.clone())
+        self.a.free(give.astype(np.int32) if as_int32 else give.copy())
         self.model_free |= set(give.tolist())
-        if keep.numel():
+        if keep.size:
             self.held.append(keep)
 
     @rule()
     def free_nothing(self):
-        self.a.free(torch.empty(0, dtype=torch.int64))
+        self.a.free(np.empty(0, dtype=np.int64))
 
     @rule()
     def merge_then_alloc_lowest(self):
@@ -76,7 +76,7 @@ class SlotAllocatorMachine(RuleBasedStateMachine):
             out = self.a.alloc(k)
             assert out.tolist() == free[:k]
             self.model_free -= set(free[:k])
-            self.held.append(out.clone())
+            self.held.append(out.copy())
 
     @rule()
     def reset(self):

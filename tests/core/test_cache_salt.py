@@ -29,7 +29,7 @@ def test_salts_never_match_each_other():
     assert cache.match_prefix([1, 2, 3], "a")[0].tolist() == [20, 21, 22]
     assert cache.match_prefix([1, 2, 3], "b")[0].tolist() == [30, 31]
     slots, node = cache.match_prefix([1, 2, 3], "c")
-    assert slots.numel() == 0 and node is cache.root
+    assert slots.size == 0 and node is cache.root
     assert cache.insert([1, 2, 3, 5], T(20, 21, 22, 25), salt="a") == 3  # within a namespace: shared
     # a split inside one namespace keeps the node in it
     slots, node = cache.match_prefix([1], "a")

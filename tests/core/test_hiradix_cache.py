@@ -83,7 +83,7 @@ def serve(pool: SlotAllocator, link: FakeTiers, cache: HiRadixCache, key: list[i
     assert new is not None
     for j, s in enumerate(new.tolist()):
         link.pool[s] = kv_id(key, len(slots) + j, salt)
-    cache.cache_finished(key, torch.cat([slots, new]), len(slots), node, salt)
+    cache.cache_finished(key, np.concatenate([slots, new]), len(slots), node, salt)
     check_memory_invariants(pool, cache, [])
     return len(slots)
 

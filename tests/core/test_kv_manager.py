@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.helpers.kv_helpers import make_kv
@@ -47,7 +48,7 @@ def decode(kv: KVManager, reqs: list[Req], token: int = 9) -> None:
         r.output_ids.append(token)
     assert kv.make_room(len(reqs))
     kv.alloc_decode(reqs)
-    kv.check_invariants([(kv.row(r)[r.cached_len: r.kv_len + 1].long(), r.last_node) for r in reqs])
+    kv.check_invariants([(kv.row(r)[r.cached_len: r.kv_len + 1].astype(np.int64), r.last_node) for r in reqs])
     for r in reqs:
         r.kv_len += 1
     kv.check_invariants()
@@ -207,7 +208,7 @@ def test_cache_unfinished_replaces_duplicates_with_tree_slots():
     b = Req("b", [1, 2, 3, 4, 5], SamplingParams())
     for r in (a, b):
         match = kv.match_and_lock(r)
-        assert match.slots.numel() == 0
+        assert match.slots.size == 0
         assert kv.admit(r, match, r.fill_len)
         r.kv_len = r.fill_len
     a_row = kv.row(a)[:4].tolist()
@@ -220,7 +221,7 @@ def test_cache_unfinished_replaces_duplicates_with_tree_slots():
     assert set(allocator.free_slots().tolist()) - free_before == set(b_row[:4])
     assert b.cached_len == 5 and b.last_node.key == [5] and b.last_node.parent is a.last_node
     assert a.last_node.lock_ref == 2
-    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len: r.kv_len].long(), r.last_node)
+    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len: r.kv_len].astype(np.int64), r.last_node)
                                                for r in (a, b)])
     kv.release(a)
     kv.release(b)
@@ -239,6 +240,6 @@ def test_flush_with_a_running_request_on_the_root():
     r.kv_len = 3
     assert kv.flush() is True and cache.total_size() == 0
     kv.cache_unfinished(r)
-    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len:r.kv_len].long(), r.last_node)])
+    check_memory_invariants(allocator, cache, [(kv.row(r)[r.cached_len:r.kv_len].astype(np.int64), r.last_node)])
     kv.release(r)
     check_memory_invariants(allocator, cache)

@@ -57,13 +57,41 @@ def test_quant_linear_matches_f_linear_with_the_dequantized_weight(method, dtype
     assert (y.float() - ref).abs().max() <= tol * ref.abs().max()
 
 
-def test_w8a8_without_onednn_uses_int_mm(monkeypatch):
+def test_w8a8_without_onednn_uses_the_exact_integer_product(monkeypatch):
     x = torch.randn(7, 64).bfloat16()
     want = QuantLinear(W, B, "w8a8", torch.bfloat16)(x)
     monkeypatch.setattr(quant, "_onednn", lambda: False)
     layer = QuantLinear(W, B, "w8a8", torch.bfloat16)
     assert not layer.use_onednn and layer.q.dtype == torch.int8
     assert torch.allclose(layer(x).float(), want.float(), atol=1e-2, rtol=1e-2)
+    # the layer's own arithmetic, step by step, with aten._int_mm's integer product
+    xf = x.float()
+    x_scale = xf.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12) / 127
+    xq = (xf / x_scale).round_().clamp_(-127, 127).to(torch.int8)
+    ref = ((torch._int_mm(xq, layer.q) * layer.scale).mul_(x_scale).to(torch.bfloat16) + layer.bias)
+    assert torch.equal(layer(x), ref)
+
+
+@pytest.mark.parametrize("k", [64, quant.EXACT_K, quant.EXACT_K + 16, 2 * quant.EXACT_K + 48])
+@pytest.mark.parametrize("precision", ["highest", "medium"])
+def test_int8_matmul_is_int_mm_bit_for_bit(k, precision):
+    # random codes, and rows and columns of extreme codes whose products all add up (the
+    # largest sums a row can reach: a float32 sum of more than EXACT_K of them would round)
+    g = torch.Generator().manual_seed(k)
+    a = torch.randint(-128, 128, (33, k), dtype=torch.int8, generator=g)
+    b = torch.randint(-128, 128, (k, 40), dtype=torch.int8, generator=g)
+    a[0], a[1], b[:, 0], b[:, 1] = -128, 127, -128, 127
+    a[2, ::2], a[2, 1::2] = 127, -127
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        got = quant.int8_matmul(a, b)
+        got_from_float_codes = quant.int8_matmul(a.float(), b)
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    want = torch._int_mm(a, b)
+    assert int(want.abs().max()) == 128 * 128 * k  # the extremes were reached
+    assert got.dtype == torch.float32 and torch.equal(got, want.float()) and torch.equal(got_from_float_codes, got)
 
 
 @pytest.mark.parametrize("method", METHODS)

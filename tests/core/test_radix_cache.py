@@ -41,7 +41,7 @@ def test_match_prefix_splits_so_match_ends_on_node_boundary():
     # no match / empty key -> root
     for key in ([], [7], [2, 1]):
         s, n = cache.match_prefix(key)
-        assert s.numel() == 0 and n is cache.root
+        assert s.size == 0 and n is cache.root
     # a split inside the lower node keeps the lower node's identity at the bottom
     s4, n4 = cache.match_prefix([1, 2, 3])
     assert s4.tolist() == [10, 11, 12] and n4.key == [3] and n4.children[4] is lower
@@ -54,7 +54,7 @@ def check_memory_invariants_tree_only(cache: RadixCache) -> None:
     ev = pr = 0
     seen = set()
     for n in cache.all_nodes():
-        assert len(n.key) == n.value.numel() > 0
+        assert len(n.key) == n.value.size > 0
         assert n.parent.children[n.key[0]] is n
         for s in n.value.tolist():
             assert s not in seen
@@ -223,7 +223,7 @@ def test_flush_refused_while_locked():
     assert cache.flush() is True
     assert sorted(rec.flat()) == [10, 11, 30]
     assert cache.total_size() == 0 and cache.root.children == {} and cache.all_nodes() == []
-    assert cache.match_prefix([1, 2])[0].numel() == 0
+    assert cache.match_prefix([1, 2])[0].size == 0
     assert cache.flush() is True  # empty cache flushes fine
     assert cache.insert([1], T(5)) == 0  # still usable
 

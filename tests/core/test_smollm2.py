@@ -32,6 +32,21 @@ def hf_refs(smol_dir, smol_hf):
     return prompts, greedy, logprobs
 
 
+@pytest.fixture(scope="module")
+def hf_teacher_forced(smol_hf, hf_refs):
+    """Each prompt with the first 32 tokens of its HF greedy continuation, and HF fp32's argmax
+    at every position and log-probability of every next token of it (shared by the
+    quantization paths of ``test_bf16_next_token_agreement``)."""
+    prompts, greedy, _ = hf_refs
+    seqs = [p + g[:32] for p, g in zip(prompts, greedy)]
+    refs = []
+    for s in seqs:
+        with torch.no_grad():
+            ref = torch.log_softmax(smol_hf(torch.tensor([s])).logits[0].float(), -1)
+        refs.append((ref.argmax(-1).tolist(), ref[:-1].gather(1, torch.tensor(s[1:]).unsqueeze(1)).squeeze(1)))
+    return seqs, refs
+
+
 @pytest.mark.parametrize("chunk", [None, 32])
 def test_greedy_equivalence_with_hf(smol_dir, hf_refs, chunk):
     prompts, greedy, logprobs = hf_refs
@@ -53,28 +68,24 @@ def test_greedy_equivalence_with_hf(smol_dir, hf_refs, chunk):
 
 
 @pytest.mark.parametrize("quantization,bar", [("none", 0.97), ("int8", 0.97), ("w8a8", 0.97), ("int4", 0.80)])
-def test_bf16_next_token_agreement(smol_dir, smol_hf, hf_refs, quantization, bar):
+def test_bf16_next_token_agreement(smol_dir, hf_teacher_forced, quantization, bar):
     """Teacher-forced next-token argmax agreement with HF fp32, reported for every path.  bf16
     must reach 97% (``auto`` may always pick it).  int8 and w8a8 must reach 97% or else be
     refused by ``auto``'s own accuracy check (worker/tuning/quant_accuracy.py, measured afresh here);
     int4's rate must pass a loose sanity bound (``auto`` checks it the same way)."""
     eng = make_engine(smol_dir, dtype="bfloat16", quantization=quantization, max_total_tokens=6000)
     assert eng.runner.numerics.quantization == quantization
-    prompts, greedy, _ = hf_refs
-    seqs = [p + g[:32] for p, g in zip(prompts, greedy)]
+    seqs, refs = hf_teacher_forced
     outs = eng.generate(input_ids=seqs, sampling_params={"max_new_tokens": 1, "temperature": 0},
                         return_logprob=True, logprob_start_len=0, top_logprobs_num=1)
     agree = total = 0
     max_err = 0.0
-    for s, o in zip(seqs, outs):
-        with torch.no_grad():
-            ref = torch.log_softmax(smol_hf(torch.tensor([s])).logits[0].float(), -1)
+    for (argmax, want), o in zip(refs, outs):
         tops = o["meta_info"]["input_top_logprobs"][1:] + [o["meta_info"]["output_top_logprobs"][0]]
         for pos, top in enumerate(tops):
-            agree += int(top[0][1] == int(ref[pos].argmax()))
+            agree += int(top[0][1] == argmax[pos])
             total += 1
         got = torch.tensor([t[0] for t in o["meta_info"]["input_token_logprobs"][1:]])
-        want = ref[:-1].gather(1, torch.tensor(s[1:]).unsqueeze(1)).squeeze(1)
         max_err = max(max_err, float((got - want).abs().max()))
     rate = agree / total
     print(f"bf16 + {quantization}: argmax agreement {rate:.4f} over {total} positions; max logprob error {max_err:.4f}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
-import torch
 
 from radixserve.mem_cache.swa_slots import SwaSlotAllocator, usable_prefix
 from radixserve.sampling_params import SamplingParams
@@ -33,8 +33,8 @@ def test_allocator_takes_and_frees_both_slots():
     ("1111111", 3, 7), ("1101111", 3, 7), ("1111011", 3, 4), ("1111101", 3, 5), ("0111111", 8, 0),
     ("1111110", 2, 6), ("1011111", 1, 7), ("", 4, 0)])
 def test_usable_prefix(present, window, want):
-    swa_of = torch.tensor([0] + [int(c) for c in present], dtype=torch.int64)
-    assert usable_prefix(swa_of, torch.arange(1, len(present) + 1), window) == want
+    swa_of = np.array([0] + [int(c) for c in present], dtype=np.int64)
+    assert usable_prefix(swa_of, np.arange(1, len(present) + 1), window) == want
 
 
 def _req(rid: str, ids: list[int]) -> Req:
@@ -63,7 +63,7 @@ def test_a_long_prompt_runs_in_a_sliding_pool_smaller_than_it():
     r = _req("a", list(range(1, 201)))
     _run(kv, r, 16)
     swa_of = kv._allocator.swa_of
-    row = kv.row(r)[:200].long()
+    row = kv.row(r)[:200].astype(np.int64)
     assert bool((swa_of[row[-8:]] > 0).all()) and int((swa_of[row] > 0).sum()) <= 40
     kv.release(r)
     kv.check_invariants()
@@ -104,7 +104,7 @@ def test_tree_sliding_kv_in_a_running_window_is_not_reclaimed():
     c = _req("c", list(range(200, 230)))
     _run(kv, c, 30)
     swa_of = kv._allocator.swa_of
-    assert bool((swa_of[kv.row(b)[25:33].long()] > 0).all()) and not bool((swa_of[kv.row(b)[:20].long()] > 0).any())
+    assert bool((swa_of[kv.row(b)[25:33].astype(np.int64)] > 0).all()) and not bool((swa_of[kv.row(b)[:20].astype(np.int64)] > 0).any())
     kv.check_invariants()
 
 

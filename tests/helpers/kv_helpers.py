@@ -1,10 +1,10 @@
 """Helpers shared by the prefix-cache and KVManager tests (test_radix_cache.py,
 test_no_prefix_cache.py, test_kv_manager.py and the simulator in kv_sim.py): int64 slot
-tensors, a free_fn that records what it frees, and a cache or a KVManager built over parts
+arrays, a free_fn that records what it frees, and a cache or a KVManager built over parts
 the test keeps."""
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 from radixserve.mem_cache.allocator import SlotAllocator
 from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
@@ -14,8 +14,8 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.scheduler.kv_manager import KVManager
 
 
-def T(*xs: int) -> torch.Tensor:
-    return torch.tensor(xs, dtype=torch.int64)
+def T(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=np.int64)
 
 
 class Recorder:
@@ -24,7 +24,7 @@ class Recorder:
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
 
-    def __call__(self, slots: torch.Tensor) -> None:
+    def __call__(self, slots: np.ndarray) -> None:
         self.batches.append(slots.tolist())
 
     def flat(self) -> list[int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-import torch
+import numpy as np
 from hypothesis import event
 from hypothesis import strategies as st
 
@@ -134,7 +134,7 @@ class KVSim:
         out = []
         for r in self.live:
             row = self.kv.row(r)
-            out.append((row[r.cached_len: r.kv_len + self.pending[r.rid]].long(), r.last_node))
+            out.append((row[r.cached_len: r.kv_len + self.pending[r.rid]].astype(np.int64), r.last_node))
         return out
 
     def _alloc(self, n: int, req: Req, allocate):
@@ -148,7 +148,7 @@ class KVSim:
             assert self.allocator.available_size() + self.cache.evictable_size == obtainable
             return None
         assert n <= obtainable, f"alloc_slots({n}) succeeded with only {obtainable} obtainable"
-        slots = self.kv.row(req)[req.kv_len: req.kv_len + n].long()
+        slots = self.kv.row(req)[req.kv_len: req.kv_len + n].astype(np.int64)
         got = slots.tolist()
         assert len(got) == n and len(set(got)) == n and 0 not in got
         evicted = ev_before - self.cache.evictable_size
@@ -182,7 +182,7 @@ class KVSim:
         keys, vals = path_of(self.cache, node)
         assert keys == req.fill_ids[: len(prefix)] and vals == prefix.tolist()
         if self.disable:
-            assert prefix.numel() == 0 and node is self.cache.root
+            assert prefix.size == 0 and node is self.cache.root
         extend = req.fill_len - len(prefix)
         n = extend if c.bool("whole") else c.int(1, extend, "chunk")
         slots = self._alloc(n, req, lambda: self.kv.admit(req, match, n))
@@ -234,7 +234,7 @@ class KVSim:
 
     def _cache_unfinished(self, req: Req) -> None:
         cached, kv_len = req.cached_len, req.kv_len
-        old = self.kv.row(req)[:kv_len].clone()
+        old = self.kv.row(req)[:kv_len].copy()
         old_node = req.last_node
         rewritten = self.kv.cache_unfinished(req)
         new = self.kv.row(req)[:kv_len]
@@ -244,12 +244,12 @@ class KVSim:
         else:
             assert req.cached_len == kv_len
             assert path_of(self.cache, req.last_node)[0] == req.fill_ids[:kv_len]
-        assert torch.equal(new[:cached], old[:cached]), "cache_unfinished changed the cached prefix"
+        assert np.array_equal(new[:cached], old[:cached]), "cache_unfinished changed the cached prefix"
         if rewritten:
             self._event("cache_unfinished rewrote a row")
-            assert not torch.equal(new, old)
+            assert not np.array_equal(new, old)
         else:
-            assert torch.equal(new, old), "row changed but cache_unfinished returned False"
+            assert np.array_equal(new, old), "row changed but cache_unfinished returned False"
 
     def abort_step(self) -> None:
         """The step did not run: give back the slots allocated past kv_len."""

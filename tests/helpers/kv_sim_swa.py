@@ -4,6 +4,8 @@ operation, beyond the memory invariants (both pools): every live request keeps t
 of its last ``WINDOW`` computed tokens and of its pending ones (what its sliding layers read)."""
 from __future__ import annotations
 
+import numpy as np
+
 from radixserve.mem_cache.no_prefix_cache import NoPrefixCache
 from radixserve.mem_cache.radix_cache import RadixCache
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
@@ -42,5 +44,5 @@ class SwaKVSim(KVSim):
         swa_of = self.allocator.swa_of
         for r in self.live:
             row = self.kv.row(r)
-            need = row[max(0, r.kv_len - WINDOW): r.kv_len + self.pending[r.rid]].long()
+            need = row[max(0, r.kv_len - WINDOW): r.kv_len + self.pending[r.rid]].astype(np.int64)
             assert bool((swa_of[need] > 0).all()), f"{r.rid} lost sliding KV its window reads"

@@ -116,3 +116,23 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
+
+
+def process_names(root: int) -> dict[int, str]:
+    """``root`` ("server") and its live descendants, by pid, named as in ``/proc/PID/comm``."""
+    names, todo = {root: "server"}, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        for k in kids:
+            try:
+                with open(f"/proc/{k}/comm") as f:
+                    names[k] = f.read().strip()
+            except OSError:  # gone meanwhile
+                continue
+            todo.append(k)
+    return names

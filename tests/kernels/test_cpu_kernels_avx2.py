@@ -25,6 +25,14 @@ def _has_avx2() -> bool:
 
 @pytest.mark.skipif(not _has_avx2(), reason="this CPU cannot run AVX2 code")
 def test_the_avx2_build_passes_the_kernel_tests(tmp_path):
+    # a cache of its own (timings, scales: nothing measured for the native build is reused),
+    # but the machine's compiled libraries: the AVX2 library is built once per change of the
+    # sources, compiler, flags, torch or CPU (all in the library's hash, kernels/cpu_native.py)
+    from radixserve.model.loader import cache_root
+
+    kernels = os.path.join(cache_root(), "kernels")
+    os.makedirs(kernels, exist_ok=True)
+    os.symlink(kernels, tmp_path / "kernels")
     env = {**os.environ, "RADIXSERVE_CPU_MARCH": "x86-64-v3", "RADIXSERVE_CACHE": str(tmp_path)}
     check = ("from radixserve.kernels import cpu_native; import torch;"
              "assert cpu_native.load(), cpu_native._state;"

@@ -1,12 +1,13 @@
-"""Which serving processes import transformers (docs/ARCHITECTURE.md, "Serving processes").
+"""Which serving processes import transformers and torch (docs/ARCHITECTURE.md, "Serving processes").
 
 Importing transformers costs seconds of CPU in each process that does, most of a tiny-model
-server's start.  The detokenizer and the scheduler tokenize with the Rust ``tokenizers``
-library, and a model worker (every TP and PP rank) reads a config it has read before from
-``loader.load_config``'s snapshot; only the server process imports transformers, for chat
-templates.  The detokenizer's and the scheduler's paths (decoding, a grammar's vocabulary) run
-in a fresh interpreter each, a whole two-rank server under an import watch; and the snapshot
-reads like the config for every family.
+server's start, and torch one to two more.  The detokenizer and the scheduler tokenize with the
+Rust ``tokenizers`` library, and a model worker (every TP and PP rank) reads a config it has
+read before from ``loader.load_config``'s snapshot; only the server process imports
+transformers, for chat templates.  Only the model workers (every rank) import torch: the
+scheduler's KV bookkeeping and grammar masks are numpy.  The detokenizer's and the scheduler's
+paths (decoding, a grammar's vocabulary) run in a fresh interpreter each, a whole two-rank
+server under an import watch; and the snapshot reads like the config for every family.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pytest
 
 from radixserve.model.config_snapshot import ConfigSnapshot
 from tests.helpers.families import FAMILIES
-from tests.helpers.server_harness import ServerHandle
+from tests.helpers.server_harness import ServerHandle, process_names
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,9 +53,10 @@ def test_the_detokenizer_never_imports_transformers(tiny_dir):
     assert out == {"transformers": False, "text": "Grüße, 世界! 🙂"}
 
 
-def test_the_scheduler_never_imports_transformers(tiny_dir):
-    # the process's module (torch and all), the scheduler over the worker's report, and a
-    # JSON-schema request's grammar: the vocabulary comes from the light tokenizer
+def test_the_scheduler_never_imports_transformers_or_torch(tiny_dir):
+    # the process's module, the scheduler over the worker's report, a plain request's step
+    # plan (its KV slots and row), and a JSON-schema request's grammar: the vocabulary comes
+    # from the light tokenizer, the mask is numpy
     out = run_fresh("""
         import json, sys, time
         from radixserve.config import EngineConfig
@@ -70,6 +72,11 @@ def test_the_scheduler_never_imports_transformers(tiny_dir):
         info = WorkerInfo(num_slots=2048, max_rows=8, context_len=1024, vocab_size=len(tok), dtype="float32",
                           device="cpu", hf_dir=TINY)
         sched = build_scheduler(cfg, None, info, tok)
+        plain = Req("p", tok.encode("Hello there"), SamplingParams(max_new_tokens=4))
+        sched.add_request(plain)
+        plan = sched._prefill_plan()[0]
+        planned = len(plan.reqs) == 1 and plan.reqs[0].slots.tolist() == list(range(1, len(plain.input_ids) + 1))
+        torch_before_grammar = "torch" in sys.modules
         req = Req("r", tok.encode("JSON:"), SamplingParams(max_new_tokens=8, json_schema={"type": "object"}))
         sched.grammars.add(req)
         deadline = time.monotonic() + 120
@@ -80,9 +87,10 @@ def test_the_scheduler_never_imports_transformers(tiny_dir):
             assert not failed, failed
         req.grammar = ready[0][1]
         allowed = int(sched.grammars.mask(req).sum())
-        print(json.dumps({"transformers": "transformers" in sys.modules, "some_allowed": allowed > 0}))
+        print(json.dumps({"transformers": "transformers" in sys.modules, "some_allowed": allowed > 0,
+                          "planned": planned, "torch": [torch_before_grammar, "torch" in sys.modules]}))
     """, TINY=tiny_dir)
-    assert out == {"transformers": False, "some_allowed": True}
+    assert out == {"transformers": False, "some_allowed": True, "planned": True, "torch": [False, False]}
 
 
 WATCH = """
@@ -90,17 +98,14 @@ import os, sys
 
 
 class _Watch:
-    \"\"\"Names this process in a file the first time anything imports transformers.\"\"\"
+    \"\"\"Leaves a file NAME-PID the first time anything in this process imports NAME.\"\"\"
 
-    done = False
+    done = set()
 
     def find_spec(self, name, path=None, target=None):
-        if name == "transformers" and not self.done:
-            self.done = True
-            with open("/proc/self/comm") as f:
-                comm = f.read().strip()
-            with open(os.path.join(os.environ["RS_TEST_MARKS"], str(os.getpid())), "w") as f:
-                f.write(comm)
+        if name in ("transformers", "torch") and name not in self.done:
+            self.done.add(name)
+            open(os.path.join(os.environ["RS_TEST_MARKS"], f"{name}-{os.getpid()}"), "w").close()
         return None
 
 
@@ -108,9 +113,9 @@ sys.meta_path.insert(0, _Watch())
 """
 
 
-def test_only_the_server_itself_imports_transformers(tiny_dir, tmp_path, monkeypatch):
+def test_only_the_server_imports_transformers_and_only_the_ranks_torch(tiny_dir, tmp_path, monkeypatch):
     # the real processes of a two-rank server on a config read before (the model worker is
-    # rank 0): a sitecustomize in every interpreter reports who imports transformers
+    # rank 0): a sitecustomize in every interpreter reports who imports transformers and torch
     from radixserve.model.loader import load_config
 
     load_config(tiny_dir)  # the first read (this process has transformers): keeps the snapshot
@@ -126,10 +131,16 @@ def test_only_the_server_itself_imports_transformers(tiny_dir, tmp_path, monkeyp
         with srv.client() as c:  # one request through every process
             out = c.post("/generate", json={"text": "Hello", "sampling_params": {"max_new_tokens": 4}})
         assert out.status_code == 200, out.text
-        children = {p.read_text() for p in (tmp_path / "marks").iterdir() if int(p.name) != srv.proc.pid}
+        names = process_names(srv.proc.pid)
+        marks = [p.name.split("-") for p in (tmp_path / "marks").iterdir()]
+        imported = {mod: sorted(names.get(int(pid), pid) for mod_, pid in marks if mod_ == mod and int(pid) != srv.proc.pid)
+                    for mod in ("transformers", "torch")}
     finally:
         srv.stop()
-    assert children == set(), f"these processes imported transformers: {sorted(children)}"
+    assert {"rs-scheduler", "rs-detokenizer", "rs-worker"} <= set(names.values()), names
+    assert imported["transformers"] == [], f"these processes imported transformers: {imported['transformers']}"
+    ranks = {n for n in names.values() if n not in ("server", "rs-scheduler", "rs-detokenizer")}
+    assert "rs-worker" in imported["torch"] and set(imported["torch"]) <= ranks, imported["torch"]
 
 
 def _reads(config, name: str):

@@ -3,7 +3,7 @@ per-node hit counts, the node count accounting, and ``tree_snapshot``'s limits, 
 omitted counts, scan budget and privacy (no token ids by default, never for salted nodes)."""
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 from tests.helpers.models import walk
 from tests.helpers.kv_helpers import make_cache, make_kv
@@ -22,8 +22,8 @@ class FakeClock:
         return self.t
 
 
-def slots(start: int, n: int) -> torch.Tensor:
-    return torch.arange(start, start + n, dtype=torch.int64)
+def slots(start: int, n: int) -> np.ndarray:
+    return np.arange(start, start + n, dtype=np.int64)
 
 
 def test_cache_stats_windows_and_totals():

@@ -13,7 +13,9 @@ Formats (``N`` outputs, ``K`` inputs, weight ``W [N, K]``):
 ``w8a8``  the same int8 weights, and activations quantized per token (symmetric, dynamic):
           ``y = (x_q @ q.T)[int32] * x_scale[:, None] * scale``.  Kernel: oneDNN's
           ``onednn.qlinear_pointwise`` (the x86 int8 path of inductor; the codes go in as u8 with
-          zero point 128, see ``forward``) where oneDNN is built in, else ``aten._int_mm``.
+          zero point 128, see ``forward``) where oneDNN is built in and exact on this CPU, else
+          the same integer product as float32 matrix products (``int8_matmul``: exact, and equal
+          to ``aten._int_mm``'s, whose CPU path without VNNI is 10 to 20 times slower).
 ``int4``  asymmetric in groups of 32 inputs: ``W ~ (q - 8) * scale[n, g] + zero[n, g]``, ``q`` in
           [0, 15].  Kernel: the native ``blocked_linear`` (``model/quant/blocked.py``: activations split
           per group of 32 inputs into two int8 parts, ~15 bits; VNNI integer dot products, AMX
@@ -140,7 +142,7 @@ def _onednn() -> bool:
     Without VNNI (AVX2 only: AMD Zen 3, older Xeons) oneDNN sums u8 x s8 pairs with
     ``vpmaddubsw``, which saturates at 32767: codes near 255 and 127 give wrong products (20% of
     the output's range on a random 96 x 64 layer, measured on an AVX2 EPYC).  One product of
-    the extreme codes, checked against its exact value, tells; otherwise ``aten._int_mm``."""
+    the extreme codes, checked against its exact value, tells; otherwise ``int8_matmul``."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")):
         return False
     k, n = 64, 16
@@ -155,6 +157,27 @@ def _onednn() -> bool:
     except RuntimeError:
         return False
     return bool(torch.equal(y, want.expand(2, n)))
+
+
+EXACT_K = 1024  # 1024 products of int8 codes (each at most 128 * 128 = 2^14 in size) sum to at most 2^24
+
+
+def int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch._int_mm(a, b)`` (int8 codes ``a [M, K]`` times ``b [K, N]``, summed exactly) as
+    float32, computed as float32 matrix products of at most ``EXACT_K`` inputs each: every
+    partial sum is an integer of at most 2^24, which float32 holds exactly, whatever the order
+    of the sums; longer rows add their blocks' exact sums in float64, then round once.  Equal
+    bit for bit to ``_int_mm(a, b).float()`` (``a`` may be float32 holding the codes)."""
+    if torch.get_float32_matmul_precision() != "highest":  # float32 products may round their inputs
+        return (a.double() @ b.double()).float()
+    a = a.float()
+    k = a.shape[1]
+    if k <= EXACT_K:
+        return a @ b.float()
+    out = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float64)
+    for k0 in range(0, k, EXACT_K):
+        out += (a[:, k0: k0 + EXACT_K] @ b[k0: k0 + EXACT_K].float()).double()
+    return out.float()
 
 
 def _dense_layer(weight: torch.Tensor, bias: Optional[torch.Tensor], dtype: torch.dtype) -> nn.Linear:
@@ -267,7 +290,7 @@ class QuantLinear(nn.Module):
             y = torch.ops.onednn.qlinear_pointwise(xq, 1.0, 128, self.q, self.scale, self.zero_points, None, 1.0, 0,
                                                    torch.float32, "none", [], "")
         else:
-            y = torch._int_mm(xq.to(torch.int8), self.q) * self.scale
+            y = int8_matmul(xq, self.q) * self.scale  # xq holds the codes (integers in float32)
         return y.mul_(x_scale).to(x.dtype)
 
 
