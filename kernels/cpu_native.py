@@ -36,7 +36,7 @@ SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp
                                                                     "blocked_linear.cpp", "argmax.cpp", "layer_stack.cpp",
                                                                     "kv_store.cpp", "lora_sgmv.cpp"))
 HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h", "acts_i16.h", "attn_softmax.h",
-                                                                    "attn_mods.h", "attn_prefetch.h", "attn_bf16.h",
+                                                                    "attn_mods.h", "attn_prefetch.h", "attn_bf16.h", "attn_avx2.h",
                                                                     "blocked_isa.h", "blocked_amx.h", "amx_tiles.h",
                                                                     "kv_packed.h"))
 _lock = threading.Lock()

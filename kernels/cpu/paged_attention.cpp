@@ -202,11 +202,18 @@ void run_direct(const Args& a, const typename KV<K>::E* kbuf, const typename KV<
 
 namespace {
 #include "attn_bf16.h"
+#include "attn_avx2.h"
 
 // T: the queries' element (float, or uint16_t for bf16); K: the pool's (T itself, or a packed
 // format of kv_packed.h, whose rows are dequantized into the fp32 tiles).
 template <typename T, typename K, int DC>
 void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
+#ifdef RADIXSERVE_ATTN_AVX2
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<K, float> && DC > 0 && DC % 8 == 0) {
+    run_task_avx2<DC>(a, task, h, ws);  // attn_avx2.h: the tiles below spill on AVX2
+    return;
+  }
+#endif
   using R = KV<K>;
   using E = typename R::E;
   constexpr int64_t DV = DC / 16;  // 16-float vectors per row (DC > 0)

@@ -89,6 +89,8 @@ def test_packed_dense_weights_must_win_at_decode_sizes_and_not_lose_at_prefill_s
     assert dense_kernel(table(**base), "bfloat16") == ({1: 4, 64: 40, 1024: 100}, False)  # nothing to compare
     # saves 30% at M <= 64 and costs 5% at M = 1024: packed
     assert dense_kernel(table(**base, **{"bfloat16+packed": (3, 28, 105)}), "bfloat16")[1]
+    # costs 12% at M = 1024, within a busy machine's timing noise at prefill sizes: still packed
+    assert dense_kernel(table(**base, **{"bfloat16+packed": (3, 28, 112)}), "bfloat16")[1]
     # saves at M <= 64 but costs 20% at M = 1024: plain
     assert not dense_kernel(table(**base, **{"bfloat16+packed": (3, 28, 120)}), "bfloat16")[1]
     # saves only 5% at M <= 64, even if much faster at M = 1024: plain (the small-M sum decides)
