@@ -239,7 +239,8 @@ class SchedulerConfig:
     (``scheduler/policy.py``, ``scheduler/preemption.py``).
     ``chunked_prefill_size``: the most prompt tokens of one request prefilled in a step
     (None or <= 0 disables chunking).  ``max_prefill_tokens`` caps the tokens of one
-    extend step over all requests.  ``new_token_ratio`` is the share of each request's
+    extend step over all requests.  ``enable_mixed_chunk`` adds one token of every
+    decode-ready request to each extend step (SGLang's flag), so prefills do not stall them.  ``new_token_ratio`` is the share of each request's
     remaining ``max_new_tokens`` that admission reserves for future decode tokens.
 
     Structured generation: ``enable_jump_forward`` appends text the grammar forces without
@@ -277,6 +278,7 @@ class SchedulerConfig:
     max_queue_wait_s: float = 1.0
     enable_priority_preemption: bool = False
     enable_jump_forward: bool = True
+    enable_mixed_chunk: bool = False
     grammar_compile_timeout: float = 30.0
     grammar_compile_workers: int = 1
     grammar_compile_memory_mb: int = 4096

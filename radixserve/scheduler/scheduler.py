@@ -1,7 +1,8 @@
 """Continuous batching over the prefix cache.
 
 Each ``step()`` runs one model step: an extend (prefill) batch when waiting requests can
-be admitted, otherwise one decode step for every running request.  Admission reserves
+be admitted (with ``enable_mixed_chunk`` also one token of every decode-ready request),
+otherwise one decode step for every running request.  Admission reserves
 memory for the decode tokens requests will still need; when decode runs out anyway,
 requests are retracted (their computed KV stays cached) and re-queued.
 
@@ -64,6 +65,7 @@ class Scheduler:
         self.grammars: GrammarManager[Req] = GrammarManager(cfg, stop_checker.tokenizer, vocab_size,
                                                             stop_checker.eos_ids)
         self._forced: list[Req] = []
+        self._mixed: set[int] = set()  # ids of the decode rows in the step being planned (enable_mixed_chunk)
         self.clock: Callable[[], float] = time.perf_counter  # arrival times and the wait bound (tests fake it)
         self.lora = LoRAAdmin(worker, 0)  # build_scheduler sets the slots when LoRA is on
 
@@ -174,7 +176,22 @@ class Scheduler:
                                          min(chunk, token_budget), reserve, self.clock(), self.lora)
         if not batch:
             return None, None
+        if self.cfg.enable_mixed_chunk and isinstance(self.spec, NoSpeculation):
+            batch += self._decode_rows(batch)
         return StepPlan(False, [self._step_req(r, n) for r, n in batch], self._take_release()), batch
+
+    def _decode_rows(self, batch: list[tuple[Req, int]]) -> list[tuple[Req, int]]:
+        """``enable_mixed_chunk``: every decode-ready request as a one-token row of this extend
+        step (memory permitting, without eviction of running work), so a prefill does not stall
+        the running requests for a step.  Their rows are not inserted into the cache
+        (``_process``), as a decode step's are not."""
+        taken = {id(r) for r, _ in batch}
+        rows = [(r, 1) for r in self.running
+                if r.kv_len == r.fill_len - 1 and r is not self.chunked and id(r) not in taken and not r.finished]
+        if not rows or not self.kv.alloc_extend(rows):
+            return []
+        self._mixed = {id(r) for r, _ in rows}
+        return rows
 
     def _step_req(self, req: Req, n: int, draft: Sequence[int] = (), masks: Any = None) -> StepReq:
         sr = make_step_req(req, self.kv.row(req), n, self.stops.eos_ids, draft, self.spec.drafts_in_worker)
@@ -256,6 +273,7 @@ class Scheduler:
     # ------------------------------------------------------------------ results
     def _process(self, plan: StepPlan, batch, result: StepResult, cache: bool = True) -> list[Req]:
         touched = []
+        mixed, self._mixed = self._mixed, set()  # decode rows of a mixed extend step
         for (req, n), sr, out in zip(batch, plan.reqs, result.outputs):
             if req.finished:  # aborted while the step ran
                 continue
@@ -283,7 +301,7 @@ class Scheduler:
                 req.finish_reason = FinishReason.length(len(req.output_ids))
             if req.finished:
                 self._retire(req)
-            elif not plan.decode and cache and self.kv.cache_unfinished(req):
+            elif not plan.decode and cache and id(req) not in mixed and self.kv.cache_unfinished(req):
                 req.resync = True
             touched.append(req)
         return touched

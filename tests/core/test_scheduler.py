@@ -135,3 +135,44 @@ def test_forward_token_counters_count_the_work_done(tiny_engine):
     cached = again["meta_info"]["cached_tokens"]
     assert cached > 0
     assert after["forward_tokens"] - mid["forward_tokens"] == (60 - cached) + 4
+
+
+def test_mixed_chunk_decodes_inside_prefill_steps_with_the_same_outputs(tiny_dir):
+    # requests arriving while others decode: with enable_mixed_chunk every extend step also
+    # carries the decode-ready requests' next token; greedy outputs as one at a time, no leaks
+    rng = random.Random(1)
+    shared = [rng.randrange(100, 40000) for _ in range(24)]
+    prompts = [shared + [rng.randrange(100, 40000) for _ in range(rng.randrange(1, 30))] for _ in range(24)]
+    params = [{"max_new_tokens": rng.randrange(2, 24), "temperature": 0, "ignore_eos": True} for _ in prompts]
+    solo = make_engine(tiny_dir, max_total_tokens=4096)
+    ref = [solo.generate(input_ids=p, sampling_params=sp)["output_ids"] for p, sp in zip(prompts, params)]
+    eng = make_engine(tiny_dir, max_total_tokens=600, chunked_prefill_size=16, enable_mixed_chunk=True)
+    reqs, _ = eng.make_requests(None, params, prompts, False, -1, 0)
+
+    def drive(sched) -> None:
+        mixed = 0
+        step = sched.worker.step
+
+        def watch(plan):
+            nonlocal mixed
+            prompt = any(r.num_output == 0 for r in plan.reqs)  # a prompt's chunk
+            decode = any(r.num_output > 0 and len(r.input_ids) == 1 and r.sample for r in plan.reqs)
+            mixed += int(not plan.decode and prompt and decode)
+            return step(plan)
+
+        sched.worker.step = watch
+        pending, steps = list(reqs), 0
+        while pending or sched.has_work():
+            if pending and steps % 3 == 0:  # a new request every third step
+                sched.add_request(pending.pop(0))
+            sched.step()
+            eng.check_invariants()
+            steps += 1
+            assert steps < 5000, "scheduler made no progress"
+        sched.worker.step = step
+        assert [r.output_ids for r in reqs] == ref
+        assert mixed > 0, "no extend step carried a decode row"
+        s = sched.kv.stats()
+        assert s["protected_size"] == 0 and s["free_slots"] + s["evictable_size"] == sched.kv.capacity
+
+    eng.run_on_driver(drive)
