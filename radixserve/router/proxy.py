@@ -20,7 +20,7 @@ from starlette.background import BackgroundTask
 from radixserve.router.metrics import RouterMetrics
 from radixserve.router.policy import Policy
 from radixserve.router.replicas import Replica, ReplicaSet
-from radixserve.server.http_utils import SSE_DONE, error_body, error_response, sse
+from radixserve.server.http_utils import SERVER_KEEP_ALIVE_S, SSE_DONE, error_body, error_response, sse
 
 logger = logging.getLogger("radixserve.router")
 
@@ -28,6 +28,8 @@ logger = logging.getLogger("radixserve.router")
 _DROP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
          "proxy-authorization", "proxy-connection", "accept-encoding"}
 _PASS_BACK = ("content-type", "retry-after", "cache-control")
+# idle pooled connections are dropped well before a replica closes them (see SERVER_KEEP_ALIVE_S)
+KEEPALIVE_EXPIRY_S = SERVER_KEEP_ALIVE_S / 2.5
 
 
 def forward_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -46,7 +48,8 @@ class Proxy:
         self.metrics = metrics
         self.max_retries = max_retries
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0),
-                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64,
+                                                            keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -40,6 +40,11 @@ def sse(obj: Any) -> str:
 
 SSE_DONE = "data: [DONE]\n\n"
 
+# How long the server keeps an idle HTTP connection open.  A client that pools connections
+# (the router) must drop its idle ones sooner: at equal timeouts a request sent on a pooled
+# connection can meet the server's close and fail with a ReadError, though the server never read it.
+SERVER_KEEP_ALIVE_S = 5.0
+
 
 async def parse_body(request: Request, model: type[M]) -> M:
     """The JSON body as ``model`` whatever the Content-Type; RequestError(400) names the field.

@@ -143,6 +143,7 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         import uvicorn
 
         from radixserve.server.app import ServerContext, create_app
+        from radixserve.server.http_utils import SERVER_KEEP_ALIVE_S
         from radixserve.server.tenancy.budget import Ledger
         from radixserve.server.tokenizer_manager import TokenizerManager
         from radixserve.tokenizer import load_light_tokenizer
@@ -163,7 +164,8 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
                             launcher.procs.pids | {"server": os.getpid()}, keys)
         app = create_app(ctx)
         server = uvicorn.Server(uvicorn.Config(app, host=server_cfg.host, port=server_cfg.port,
-                                               log_level=server_cfg.log_level.lower(), timeout_graceful_shutdown=2))
+                                               log_level=server_cfg.log_level.lower(), timeout_graceful_shutdown=2,
+                                               timeout_keep_alive=SERVER_KEEP_ALIVE_S))
 
         async def started() -> None:  # the chat tokenizer's import would slow uvicorn's start
             while not server.started:

@@ -163,3 +163,57 @@ def test_router_discovers_and_drops_replicas_by_dns(monkeypatch):
     assert sorted(router.replicas.replicas) == ["http://127.0.0.2:30000", "http://127.0.0.3:30000"]
     asyncio.run(router.discover())
     assert list(router.replicas.replicas) == ["http://127.0.0.3:30000"]
+
+
+def test_the_proxy_drops_idle_connections_before_the_replica_closes_them():
+    """At equal keep-alive timeouts (httpx's and uvicorn's default are both 5 s) a request sent on
+    a pooled connection can meet the replica's close and fail with a ReadError the replica never
+    read. The proxy must open a new connection for a request after an idle gap at which the
+    replica still keeps the old one open, but is close to closing it."""
+    import asyncio
+    import threading
+    import time
+
+    import uvicorn
+
+    from radixserve.router.metrics import RouterMetrics
+    from radixserve.router.proxy import KEEPALIVE_EXPIRY_S, Proxy
+    from radixserve.server.http_utils import SERVER_KEEP_ALIVE_S
+    from tests.helpers.server_harness import free_port
+
+    assert KEEPALIVE_EXPIRY_S <= SERVER_KEEP_ALIVE_S / 2
+    peers: set = set()
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        peers.add(tuple(scope["client"]))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_keep_alive=SERVER_KEEP_ALIVE_S))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 10
+    while not server.started and time.time() < deadline:
+        time.sleep(0.02)
+
+    async def two_requests() -> None:
+        proxy = Proxy(ReplicaSet([f"127.0.0.1:{port}"]), RoundRobin(), RouterMetrics(), 0, 5.0)
+        try:
+            for _ in range(2):
+                resp = await proxy.client.get(f"http://127.0.0.1:{port}/")
+                assert resp.status_code == 200
+                # past the proxy's expiry, still inside the replica's keep-alive
+                await asyncio.sleep((KEEPALIVE_EXPIRY_S + SERVER_KEEP_ALIVE_S) / 2)
+        finally:
+            await proxy.close()
+
+    try:
+        asyncio.run(two_requests())
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert len(peers) == 2, peers  # the second request did not reuse the idle connection
