@@ -1,5 +1,5 @@
 """The native CPU kernels (``kernels/cpu/*.cpp``: paged attention, fused norm/rotary/SiLU ops,
-the int8 decode linear, the blocked int4/int8 linear, greedy sampling's row argmax, multi-LoRA's
+the int8 decode linear, the blocked int4/int8 linear (and its float32 form), greedy sampling's row argmax, multi-LoRA's
 segmented products),
 compiled on first use into one library, ``torch.ops.radixserve_cpu``.
 
@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
 SOURCES = tuple(os.path.join(SOURCE_DIR, name) for name in ("paged_attention.cpp", "fused_ops.cpp", "int8_linear.cpp",
-                                                                    "blocked_linear.cpp", "argmax.cpp", "layer_stack.cpp",
-                                                                    "kv_store.cpp", "lora_sgmv.cpp"))
+                                                                    "blocked_linear.cpp", "blocked_exact.cpp", "argmax.cpp",
+                                                                    "layer_stack.cpp", "kv_store.cpp", "lora_sgmv.cpp"))
 HEADERS = tuple(os.path.join(SOURCE_DIR, name) for name in ("common.h", "vec.h", "acts_i16.h", "attn_softmax.h",
                                                                     "attn_mods.h", "attn_prefetch.h", "attn_bf16.h", "attn_avx2.h",
                                                                     "blocked_isa.h", "blocked_amx.h", "amx_tiles.h",

@@ -19,6 +19,7 @@
 //
 // Linear layers, by kind (w, a, b as given per layer):
 //   BLOCKED4 / BLOCKED8: blocked_linear(x, w, 4 or 8, a)   (a: the input scale or None)
+//   EXACT4:              blocked_linear_exact(x * a, w, 4)  (float32 x; a: the input scale or None)
 //   INT8:                int8_linear(x, w, a, b)           (a: scales, b: input scale or None)
 //   PACKED:              mkldnn::_linear_pointwise(x, w, a) (oneDNN's prepacked weight, a: bias)
 //   DENSE:               at::linear(x, w, a)
@@ -29,6 +30,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/mul.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -40,7 +42,7 @@
 
 namespace {
 
-enum Kind : int64_t { INT8 = 1, PACKED = 2, DENSE = 3, BLOCKED4 = 4, BLOCKED8 = 8 };
+enum Kind : int64_t { INT8 = 1, PACKED = 2, DENSE = 3, BLOCKED4 = 4, EXACT4 = 5, BLOCKED8 = 8 };
 enum Act : int64_t { SILU = 0, GELU_TANH = 1 };  // the gated activation: silu_mul or gelu_tanh_mul
 constexpr int64_t PER_LAYER = 4;              // qkv, o, gate_up, down
 
@@ -49,6 +51,7 @@ using OptT = std::optional<at::Tensor>;
 using TRef = const at::Tensor&;
 // the C++ signatures of the ops (as their sources define them)
 using BlockedSig = at::Tensor(TRef, TRef, int64_t, const OptT&);
+using ExactSig = at::Tensor(TRef, TRef, int64_t);
 using Int8Sig = at::Tensor(TRef, TRef, TRef, const OptT&);
 using RmsSig = at::Tensor(TRef, TRef, double);
 using AddRmsSig = void(at::Tensor, at::Tensor, TRef, double);
@@ -67,6 +70,7 @@ c10::TypedOperatorHandle<Sig> typed(const char* name) {
 
 struct Ops {
   c10::TypedOperatorHandle<BlockedSig> blocked = typed<BlockedSig>("radixserve_cpu::blocked_linear");
+  c10::TypedOperatorHandle<ExactSig> exact = typed<ExactSig>("radixserve_cpu::blocked_linear_exact");
   c10::TypedOperatorHandle<Int8Sig> int8 = typed<Int8Sig>("radixserve_cpu::int8_linear");
   c10::TypedOperatorHandle<RmsSig> rms = typed<RmsSig>("radixserve_cpu::rms_norm");
   c10::TypedOperatorHandle<AddRmsSig> add_rms = typed<AddRmsSig>("radixserve_cpu::add_rms_norm");
@@ -118,7 +122,7 @@ class LayerStack : public torch::CustomClassHolder {
     TORCH_CHECK(heads > 0 && k_bufs_[0].dim() == 3, "LayerStack: heads > 0 and K/V buffers [S, Hkv, D]");
     for (size_t i = 0; i < kinds.size(); ++i) {
       const int64_t k = kinds[i];
-      TORCH_CHECK(k == INT8 || k == PACKED || k == DENSE || k == BLOCKED4 || k == BLOCKED8,
+      TORCH_CHECK(k == INT8 || k == PACKED || k == DENSE || k == BLOCKED4 || k == EXACT4 || k == BLOCKED8,
                   "LayerStack: unknown linear kind ", k);
       TORCH_CHECK(k != INT8 || a.get(i).has_value(), "LayerStack: int8_linear needs its scales");
       lin_.push_back(Linear{k, w[i], a.get(i), b.get(i)});
@@ -279,6 +283,7 @@ class LayerStack : public torch::CustomClassHolder {
     switch (l.kind) {
       case BLOCKED4: return ops().blocked.call(x.contiguous(), l.w, 4, l.a);
       case BLOCKED8: return ops().blocked.call(x.contiguous(), l.w, 8, l.a);
+      case EXACT4: return ops().exact.call((l.a.has_value() ? at::mul(x, *l.a) : x).contiguous(), l.w, 4);
       case INT8: return ops().int8.call(x.contiguous(), l.w, *l.a, l.b);
       case DENSE: return at::linear(x, l.w, l.a);
       default: {  // PACKED: the op's schema is oneDNN's (X, W, B?, attr, scalars, algorithm?)

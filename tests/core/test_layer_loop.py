@@ -110,13 +110,14 @@ def test_fast_paths_over_a_packed_pool(tiny_dir, dtype, kind, monkeypatch):
     assert stack == ref
 
 
-@pytest.mark.parametrize("numerics", ["int4", "int8", "int4 at <= 8 rows, packed"])
+@pytest.mark.parametrize("numerics", ["int4", "int8", "int4 at <= 8 rows, packed", "int4 at <= 8 rows, float32"])
 def test_stack_runs_quantized_layers_bit_identically(tiny_dir, numerics, monkeypatch):
-    """The stack's linear kinds: the blocked int4 kernel, the native int8 one, and a hybrid as
+    """The stack's linear kinds: the blocked int4 kernel, the native int8 one, a hybrid as
     ``auto`` picks on the development machines: int4 up to 8 rows (the decode steps), oneDNN's
-    packed bf16 weights above (the prefills)."""
+    packed bf16 weights above (the prefills); and int4 on float32 activations (the exact kernel)."""
     method = numerics.split()[0]  # int4 / int8
-    n = Numerics(torch.bfloat16, method, 8 if "rows" in numerics else None,
+    dtype = torch.float32 if "float32" in numerics else torch.bfloat16
+    n = Numerics(dtype, method, 8 if "rows" in numerics else None,
                  "packed" in numerics and packed_linear.available(torch.bfloat16))
     monkeypatch.setattr(model_runner, "resolve_numerics", lambda *a: n)
     kinds = set()
@@ -127,10 +128,12 @@ def test_stack_runs_quantized_layers_bit_identically(tiny_dir, numerics, monkeyp
             assert cache.by_regime[regime] is not None, "a stack for every row regime the steps had"
             kinds.update(layer_stack.linear_spec(m, rows)[0] for m in cache.linears)
 
-    loop, _, _ = _run(tiny_dir, "bfloat16", "loop", monkeypatch)
-    stack, loop_calls, stacked = _run(tiny_dir, "bfloat16", "stack", monkeypatch, inspect)
+    name = str(dtype).removeprefix("torch.")
+    loop, _, _ = _run(tiny_dir, name, "loop", monkeypatch)
+    stack, loop_calls, stacked = _run(tiny_dir, name, "stack", monkeypatch, inspect)
     assert stacked > 10
-    quantized = layer_stack.BLOCKED4 if method == "int4" else layer_stack.INT8
+    quantized = layer_stack.INT8 if method == "int8" else layer_stack.EXACT4 if dtype == torch.float32 \
+        else layer_stack.BLOCKED4
     dense = layer_stack.PACKED if n.packed else layer_stack.DENSE
     assert kinds == ({quantized} if n.max_m is None else {quantized, dense})
     assert stack == loop

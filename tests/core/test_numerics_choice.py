@@ -302,3 +302,37 @@ def test_the_packing_probe_matches_what_onednn_does():
         else:
             with pytest.raises(RuntimeError):
                 packed_linear.PackedLinear(w, None)(torch.randn(3, 16).to(dtype))
+
+
+@pytest.mark.parametrize("pin", ["auto", "plain"])
+def test_float32_int4_runs_the_exact_kernel_up_to_the_last_m_where_it_is_faster(monkeypatch, tmp_path, pin):
+    """``--dtype float32 --quantization int4``: int4 weights with float32 arithmetic are timed
+    against the dense float32 kernel (the faster of plain and packed, unless pinned); the dense
+    weights serve the calls above the last probe M before the first one the exact kernel loses;
+    where it loses everywhere or wins everywhere, int4 runs every call, as asked."""
+    from radixserve.model.quant import blocked
+    from radixserve.worker.tuning.kernel_timing import INT4_F32
+
+    monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(blocked, "exact_available", lambda n, k: True)
+    _packs(monkeypatch, (torch.float32,))
+    ms = (1, 2, 4, 8, 16, 64, 256, 1024)
+    cases = [({1: 0.2, 2: 0.3, 4: 0.5, 8: 0.8, 16: 1.1}, 8),  # packed (1.0) is faster from 16 rows
+             ({}, None), ({m: 0.1 for m in ms}, None)]
+    for i, (faster, want) in enumerate(cases):
+        monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / str(i)))
+        t = {"float32": {m: 2.0 for m in ms}, "float32+packed": {m: 1.0 for m in ms},
+             INT4_F32: {m: faster.get(m, 3.0) for m in ms}}
+        calls: list = []
+        got = resolve_numerics(ModelConfig(dtype="float32", quantization="int4", dense_kernel=pin), CPU, CONFIG,
+                               "unused", fake_timer(t, calls), never)
+        if pin == "plain":  # plain's 2.0: the exact kernel wins up to 16 rows in the first case
+            want = 16 if i == 0 else want
+        assert got == Numerics(torch.float32, "int4", want, pin == "auto"), (i, got)
+        assert INT4_F32 in calls and ("float32+packed" in calls) == (pin == "auto")
+    monkeypatch.setattr(blocked, "exact_available", lambda n, k: False)  # no exact kernel: as before
+    monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / "none"))
+    calls = []
+    got = resolve_numerics(ModelConfig(dtype="float32", quantization="int4", dense_kernel=pin), CPU, CONFIG,
+                           "unused", fake_timer(t, calls), never)
+    assert got == Numerics(torch.float32, "int4", packed=pin == "auto") and INT4_F32 not in calls

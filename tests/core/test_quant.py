@@ -272,8 +272,20 @@ def test_quantize_lm_head_for_weight_only_methods(tiny_dir):
 
     model = loader.load_model(loader.load_config(tiny_dir), tiny_dir, torch.float32, torch.device("cpu"), 64)
     assert not quantize_lm_head(model, "w8a8") and model.lm_head_quant is None
+    # float32 activations keep float32 arithmetic: a random head is off the int8 grid, so it stays dense
+    assert not quantize_lm_head(model, "int4") and model.lm_head_quant is None
+    w = model.lm_head_weight()
+    q, scale = quantize_int8_grouped(w.float())
+    on_grid = dequantize_int8_grouped(q, scale.half().float())  # a Q8_0 embedding: fp16 scales
+    with torch.no_grad():
+        w.copy_(on_grid)
+    assert quantize_lm_head(model, "int4") and model.lm_head_quant.exact
+    assert torch.equal(model.lm_head_quant.dequantized(), on_grid)
+    model.lm_head_quant = None
+    model.act_dtype = torch.bfloat16  # the int8 head of the bf16 paths, on any weight
     assert quantize_lm_head(model, "int4")
     head = model.lm_head_quant
+    assert not head.exact
     assert (head.out_features, head.in_features) == tuple(model.lm_head_weight().shape)
     x = torch.randn(3, head.in_features)
     w = model.lm_head_weight().float()

@@ -67,6 +67,28 @@ def test_greedy_equivalence_with_hf(smol_dir, hf_refs, chunk):
     eng.check_invariants()
 
 
+def test_int4_on_float32_is_the_float32_model_to_the_token(smol_dir, hf_refs):
+    """The GGUF's Q4_1 layers and Q8_0 head run on their own grids with float32 activations
+    (``blocked_linear_exact``): every weight is HF's float32 weight bit for bit, so greedy
+    decoding matches HF fp32 token for token and prompt logprobs within fp32 summation order."""
+    from radixserve.model.quant.linear import QuantLinear
+
+    prompts, greedy, logprobs = hf_refs
+    eng = make_engine(smol_dir, quantization="int4", max_total_tokens=6000)
+    layers = [m for m in eng.runner.model.modules() if isinstance(m, QuantLinear)]
+    assert layers and all(m.exact and m.grid_exact for m in layers)
+    assert eng.runner.model.lm_head_quant.exact
+    outs = eng.generate(input_ids=prompts, sampling_params={"max_new_tokens": 64, "temperature": 0})
+    for o, ref in zip(outs, greedy):
+        assert o["output_ids"] == ref
+    scored = eng.generate(input_ids=prompts[:4], sampling_params={"max_new_tokens": 1, "temperature": 0},
+                          return_logprob=True, logprob_start_len=0)
+    for o, ref in zip(scored, logprobs):
+        got = torch.tensor([t[0] for t in o["meta_info"]["input_token_logprobs"][1:]])
+        assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+    eng.check_invariants()
+
+
 @pytest.mark.parametrize("quantization,bar", [("none", 0.97), ("int8", 0.97), ("w8a8", 0.97), ("int4", 0.80)])
 def test_bf16_next_token_agreement(smol_dir, hf_teacher_forced, quantization, bar):
     """Teacher-forced next-token argmax agreement with HF fp32, reported for every path.  bf16

@@ -46,7 +46,8 @@ def test_the_avx2_build_passes_the_kernel_tests(tmp_path):
     # the same cache: the tests load the AVX2 library just built (a skip would hide a failure: -rs)
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs",
                             "tests/kernels/test_attention_cpu.py", "tests/kernels/test_fused_ops.py", "tests/core/test_quant.py",
-                            "tests/kernels/test_blocked_linear.py", "tests/kernels/test_attention_window.py",
+                            "tests/kernels/test_blocked_linear.py", "tests/kernels/test_blocked_exact.py",
+                            "tests/kernels/test_attention_window.py",
                             "-k", "not engine and not smollm2"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     tail = tests.stdout[-3000:]

@@ -46,7 +46,7 @@ from radixserve.kernels import cpu_native
 from radixserve.model.quant.packed import PackedLinear
 from radixserve.model.quant.linear import QuantLinear
 
-INT8, PACKED, DENSE, BLOCKED4, BLOCKED8 = 1, 2, 3, 4, 8  # the linear kinds of layer_stack.cpp
+INT8, PACKED, DENSE, BLOCKED4, EXACT4, BLOCKED8 = 1, 2, 3, 4, 5, 8  # the linear kinds of layer_stack.cpp
 SILU, GELU_TANH = 0, 1  # its activations
 _LINEARS = (("self_attn", "qkv_proj"), ("self_attn", "o_proj"), ("mlp", "gate_up_proj"), ("mlp", "down_proj"))
 _CACHE = "_layer_stack_cache"
@@ -66,7 +66,7 @@ def linear_spec(mod: nn.Module, rows: int) -> Optional[tuple]:
     if cls is QuantLinear:
         if mod.native and mod.bias is None and (mod.max_m is None or rows <= mod.max_m):
             if mod.method == "int4":
-                return BLOCKED4, mod.q, mod.inv_scale, None
+                return (EXACT4 if mod.exact else BLOCKED4), mod.q, mod.inv_scale, None
             return (INT8, mod.q, mod.scale, mod.inv_scale) if mod.method == "int8" else None
         if mod.dense is not None and mod.max_m is not None and rows > mod.max_m:
             return linear_spec(mod.dense, rows)

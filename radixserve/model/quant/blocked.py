@@ -12,6 +12,13 @@ record per group, codes and then scales) is written here.
 * 8 bits hold symmetric int8 with one scale per group: ``u = q + 128``, ``d = scale``, ``m =
   -128 scale`` (the LM head's format, ``head.py``).
 
+``blocked_linear_exact(x, packed, bits)`` (``kernels/cpu/blocked_exact.cpp``) takes float32
+activations as they are: each record is dequantized in float32 (``d * u + m``, exact but for
+the one rounding of the sum, as a GGUF loader computes the weight) and multiplied in float32,
+so where the packed grid holds the model's float32 weights bit for bit (``holds_exactly``: a
+Q4_1 or Q8_0 GGUF) the layer computes what the dense float32 layer does, in another summation
+order, while reading 4 or 8 bits a weight.
+
 Contract: ``pack_blocked`` returns a new contiguous uint8 tensor ``[N / 16, K / 32, record]``;
 ``blocked_linear(x, packed, bits, in_scale)`` takes a contiguous ``x [M, K]`` (fp32 or bf16)
 and returns a new ``[M, N]`` in ``x``'s dtype.  ``available(n, k)`` says whether the kernel
@@ -70,6 +77,24 @@ def unpack_blocked(packed: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch
     d = scales[..., :CHANNELS].permute(0, 2, 1).reshape(nb * CHANNELS, g)
     m = scales[..., CHANNELS:].permute(0, 2, 1).reshape(nb * CHANNELS, g)
     return u, d, m
+
+
+def exact_available(n: int, k: int) -> bool:
+    """Whether ``blocked_linear_exact`` is built here and takes a [n, k] weight."""
+    return available(n, k) and hasattr(torch.ops.radixserve_cpu, "blocked_linear_exact")
+
+
+def dequantize(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """The float32 weight [N, K] of the records: ``d * u + m`` (``d * u`` is exact, so this is
+    the kernels' one rounding of the sum)."""
+    u, d, m = unpack_blocked(packed, bits)
+    n, k = u.shape
+    return (u.float().reshape(n, -1, GROUP) * d.float()[..., None] + m.float()[..., None]).reshape(n, k)
+
+
+def holds_exactly(packed: torch.Tensor, bits: int, weight: torch.Tensor) -> bool:
+    """Whether the records hold the float32 ``weight`` bit for bit."""
+    return torch.equal(dequantize(packed, bits), weight.detach().float())
 
 
 def blocked_linear(x: torch.Tensor, packed: torch.Tensor, bits: int,

@@ -12,6 +12,10 @@ int8 kernel, and without the native library the head stays dense.  Measured on t
 development machine (AMX Xeon, 2 threads, SmolLM2's head): 0.57 ms a call at M = 1 and 4,
 against 0.61 and 1.56 ms for ``int8_linear``.
 
+With float32 activations (``model.act_dtype``) the head is replaced only where the grid holds
+the weight bit for bit (a Q8_0 GGUF's embedding): ``blocked_linear_exact`` then computes in
+float32, as the dense head does, from a quarter of its bytes.
+
 Contract: ``Int8HeadLinear(weight)(x)`` takes ``x [M, K]`` (fp32 or bf16) and returns the
 logits ``[M, N]`` in ``x``'s dtype, equal to ``F.linear(x, dequantized weight)`` up to the
 kernel's rounding (see ``kernels/cpu/int8_linear.cpp``).  ``quantize_lm_head`` attaches one to
@@ -44,16 +48,18 @@ def dequantize_int8_grouped(q: torch.Tensor, scale: torch.Tensor, group: int = G
 
 
 class Int8HeadLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, exact: bool = False) -> None:
+        """``exact``: float32 activations on ``blocked_linear_exact`` (the records must exist)."""
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.q, self.scale = quantize_int8_grouped(weight.detach())
         self.blocked = blocked.available(self.out_features, self.in_features)
+        self.exact = exact and self.blocked
         if self.blocked:  # q becomes the kernel's records (codes and scales)
             self.q, self.scale = blocked.pack_blocked(self.q.to(torch.int32) + 128, self.scale, -128 * self.scale, 8), None
 
     def extra_repr(self) -> str:
-        kernel = "blocked_linear" if self.blocked else "int8_linear"
+        kernel = "blocked_linear_exact" if self.exact else "blocked_linear" if self.blocked else "int8_linear"
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 groups of {GROUP}, {kernel}"
 
     def dequantized(self) -> torch.Tensor:
@@ -65,6 +71,8 @@ class Int8HeadLinear(nn.Module):
         return (u.float().reshape(n, -1, GROUP) * d[..., None] + m[..., None]).reshape(n, k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.exact:
+            return torch.ops.radixserve_cpu.blocked_linear_exact(x.contiguous(), self.q, 8)
         if self.blocked:
             return torch.ops.radixserve_cpu.blocked_linear(x.contiguous(), self.q, 8, None)
         return torch.ops.radixserve_cpu.int8_linear(x.contiguous(), self.q, self.scale)
@@ -77,5 +85,16 @@ def quantize_lm_head(model: nn.Module, method: str) -> bool:
     w = model.lm_head_weight()
     if method not in HEAD_METHODS or w.device.type != "cpu" or w.shape[1] % GROUP or not cpu_native.load():
         return False
+    if getattr(model, "act_dtype", None) == torch.float32:
+        # float32 activations keep float32 arithmetic: only a head whose int8 grid holds the
+        # weight bit for bit (a Q8_0 GGUF's) is replaced, by the exact kernel
+        n, k = w.shape
+        if not blocked.exact_available(n, k):
+            return False
+        head = Int8HeadLinear(w, exact=True)
+        if not blocked.holds_exactly(head.q, 8, w):
+            return False
+        model.lm_head_quant = head
+        return True
     model.lm_head_quant = Int8HeadLinear(w)
     return True

@@ -14,7 +14,9 @@ Paths: "float32" and "bfloat16" (``F.linear`` in that dtype), "float32+packed" a
 torch has it), and "int8", "w8a8", "int4"
 (``model/quant/linear.py``'s QuantLinear) on bf16 activations, the only dtype their kernels are fast
 in: measured on an AMX Xeon, int8 weights with fp32 activations ran 10x and int4 28x slower
-than with bf16 ones, so fp32 activations are never timed (a first start would pay seconds).
+than with bf16 ones, so fp32 activations are not timed for them (a first start would pay
+seconds).  The exception is "int4+float32": int4 weights on ``blocked_linear_exact``, float32
+arithmetic throughout, timed for ``--dtype float32 --quantization int4`` (``numerics_choice``).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ HOT_REPS = 10  # best of this many calls per shape above COLD_MAX_M (a call take
 DENSE = ("float32", "bfloat16")
 PATHS = DENSE + METHODS
 PACKED = "+packed"  # suffix of a dense path on prepacked weights
+INT4_F32 = "int4+float32"  # int4 weights, float32 activations (blocked_linear_exact: float32 arithmetic)
 Shapes = tuple[tuple[int, int], ...]  # (in_features, out_features) of the timed linear layers
 Timings = dict[str, dict[int, float]]  # path -> M -> seconds for one call per shape, summed
 Timer = Callable[[str, Shapes, tuple[int, ...]], dict[int, float]]  # (path, shapes, Ms)
@@ -88,6 +91,8 @@ def _layer(path: str, w: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.T
         dtype = getattr(torch, path)
         wd = w.to(dtype)
         return (lambda x: F.linear(x, wd)), dtype
+    if path == INT4_F32:
+        return QuantLinear(w, None, "int4", torch.float32), torch.float32
     if not supports(path, *w.shape):  # the model keeps such a layer dense: time it so
         wd = w.to(torch.bfloat16)
         return (lambda x: F.linear(x, wd)), torch.bfloat16

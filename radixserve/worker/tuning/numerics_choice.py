@@ -2,7 +2,10 @@
 
 Explicit settings are taken as given: ``--dtype float32|bfloat16``, ``--quantization
 none|int8|w8a8|int4`` (CPU only; an explicit method with ``--dtype auto`` computes in bf16,
-the activation dtype its kernels are fast in).  Only the kernel of the dense layers is still
+the activation dtype its kernels are fast in).  ``--dtype float32 --quantization int4`` keeps
+float32 arithmetic (``blocked_linear_exact``; exact where the weights are a Q4_1 GGUF's) and
+is timed against the dense float32 kernel: int4 for calls up to the last probe M where it is
+faster, the dense weights above.  Only the kernel of the dense layers is still
 measured then: plain ``F.linear`` or oneDNN's prepacked weights (``model/quant/packed.py``),
 the packed one by ``dense_kernel``'s rule.  ``--dense-kernel plain|packed`` pins that kernel
 (nothing is timed for it, in ``auto`` too), for callers and tests that need one path whatever
@@ -41,10 +44,11 @@ import torch
 
 from radixserve.config import DenseKernel, ModelConfig
 from radixserve.model import loader
+from radixserve.model.quant import blocked
 from radixserve.model.quant import packed as packed_linear
 from radixserve.model.quant.linear import METHODS
 from radixserve.worker.tuning import quant_accuracy
-from radixserve.worker.tuning.kernel_timing import COLD_MAX_M, DENSE, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
+from radixserve.worker.tuning.kernel_timing import COLD_MAX_M, DENSE, INT4_F32, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
     linear_shapes, measured_timings, packed_paths, time_path
 
 logger = logging.getLogger(__name__)
@@ -120,9 +124,7 @@ def candidates(t: Timings, pin: DenseKernel = "auto") -> list[tuple[float, Numer
     out = [(_total(dense_t), Numerics(getattr(torch, dense), packed=kernels[dense][1]))]
     for q in (p for p in METHODS if p in t):
         if dense == "bfloat16":
-            wins = 0
-            while wins < len(ms) and t[q][ms[wins]] <= (1 - MARGIN) * dense_t[ms[wins]]:
-                wins += 1
+            wins = wins_up_to(t[q], dense_t, MARGIN)
             if not wins:
                 continue
             max_m = None if wins == len(ms) else ms[wins - 1]
@@ -148,6 +150,33 @@ def choose(t: Timings, verify: Verify, pin: DenseKernel = "auto") -> tuple[Numer
     raise AssertionError("the dense candidate is always in the list")  # pragma: no cover
 
 
+def wins_up_to(fast: dict[int, float], slow: dict[int, float], margin: float = 0.0) -> int:
+    """How many of the probe Ms, from the smallest, ``fast`` takes at most ``1 - margin`` of
+    ``slow``'s time at."""
+    ms = sorted(slow)
+    wins = 0
+    while wins < len(ms) and fast[ms[wins]] <= (1 - margin) * slow[ms[wins]]:
+        wins += 1
+    return wins
+
+
+def _int4_float32(shapes: Any, pin: DenseKernel, cache_path: str, timer: Timer, copies: int) -> Numerics:
+    """``--dtype float32 --quantization int4`` where the exact kernel builds: float32 arithmetic
+    on int4 weights (``blocked_linear_exact``) for the calls of up to the largest probe M before
+    the first one where it is slower than the dense float32 kernel, the dense weights for larger
+    calls (where none is faster: int4 throughout, as asked)."""
+    paths = ("float32",) + (() if pin == "plain" else packed_paths(("float32",))) + (INT4_F32,)
+    timings, cached = measured_timings(shapes, paths, cache_path, timer, copies=copies)
+    dense_t, packed = dense_kernel(timings, "float32", pin)
+    ms = sorted(dense_t)
+    wins = wins_up_to(timings[INT4_F32], dense_t)
+    choice = Numerics(torch.float32, "int4", None if wins in (0, len(ms)) else ms[wins - 1], packed)
+    logger.info("numerics: %s | us per call (sum over %d shapes) by M: %s | %s timings", choice.describe(),
+                len(shapes), "; ".join(f"{p} " + " ".join(f"{m}:{t * 1e6:.0f}" for m, t in sorted(timings[p].items()))
+                                       for p in paths), "cached" if cached else "measured")
+    return choice
+
+
 def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir: str,
                      timer: Timer = time_path, verify: Optional[Verify] = None) -> Numerics:
     """``cfg.dtype``, ``cfg.quantization`` and ``cfg.dense_kernel`` made concrete for this device
@@ -170,6 +199,8 @@ def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir
     if timer is time_path:
         timer = functools.partial(time_path, copies=copies)
     cache_path = os.path.join(loader.cache_root(), "kernel_timings.json")
+    if q == "int4" and dtype == torch.float32 and all(blocked.exact_available(n, k) for k, n in shapes):
+        return _int4_float32(shapes, pin, cache_path, timer, copies)
     if q in METHODS or dtype is not None:  # explicit numerics: only the dense kernel is measured
         dense = dtype or torch.bfloat16
         name = str(dense).removeprefix("torch.")
