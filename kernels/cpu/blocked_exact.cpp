@@ -12,6 +12,7 @@
 // Per (block of 16 channels, group of 32 inputs) the record is dequantized once into a
 // [32 inputs][16 channels] tile (2 KiB, in L1); each row then gains the tile's products,
 // ROWS rows at a time in registers, their running sums kept per block in an [M][16] buffer.
+// Calls of at most ROWS rows skip the tile (fused_rows).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
@@ -131,6 +132,48 @@ inline void rows_pass(const float* tile, const float* x, int64_t K, float* acc) 
 
 #ifdef RADIXSERVE_EXACT_SIMD
 constexpr int ROWS = V::ROWS;
+
+// A call of at most ROWS rows (decode): the R rows' sums stay in registers over all G groups and
+// each weight vector is dequantized in registers, used by every row, and dropped: no tile, no
+// reloads.  The same operations per (row, channel) in the same order as the tile path.
+template <int BITS, int R>
+inline void fused_rows(const uint8_t* rec, int64_t G, const float* x, int64_t K, float* out) {
+  constexpr int L = 16 / V::H;
+  constexpr int64_t REC = record_bytes(BITS);
+  V::F a[R][V::H];
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < V::H; ++h) a[i][h] = V::F{};
+  for (int64_t g = 0; g < G; ++g, rec += REC) {
+    for (int64_t l = 0; l < REC; l += 64) __builtin_prefetch(rec + 2 * REC + l);
+    const uint16_t* dm = reinterpret_cast<const uint16_t*>(rec + weight_bytes(BITS));
+    const float* xg = x + g * GS;
+    for (int h = 0; h < V::H; ++h) {
+      const V::F d = V::half(dm + h * L), m = V::half(dm + 16 + h * L);
+      auto step = [&](const V::F w, int k) {
+        for (int i = 0; i < R; ++i) a[i][h] = V::fma(V::bcast(xg + i * K + k), w, a[i][h]);
+      };
+      for (int o = 0; o < (BITS == 4 ? 4 : 8); ++o) {
+        const auto v = V::loadi(rec + o * 64 + h * (64 / V::H));
+        if constexpr (BITS == 4) {
+          for (int t = 0; t < 4; ++t) step(V::fma(d, V::field(v, 8 * t, 0x0F), m), 8 * o + t);
+          for (int t = 0; t < 4; ++t) step(V::fma(d, V::field(v, 8 * t + 4, 0x0F), m), 8 * o + 4 + t);
+        } else {
+          for (int t = 0; t < 4; ++t) step(V::fma(d, V::field(v, 8 * t, 0xFF), m), 4 * o + t);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < V::H; ++h) V::store(out + i * CH + h * L, a[i][h]);
+}
+
+template <int BITS, int R>
+inline void fused_dispatch(int64_t r, const uint8_t* rec, int64_t G, const float* x, int64_t K, float* out) {
+  if constexpr (R > 1) {
+    if (r < R) return fused_dispatch<BITS, R - 1>(r, rec, G, x, K, out);
+  }
+  fused_rows<BITS, R>(rec, G, x, K, out);
+}
 #else
 constexpr int ROWS = 1;
 #endif
@@ -148,6 +191,16 @@ void exact_impl(const float* x, const uint8_t* w, int64_t M, int64_t K, int64_t 
   const int64_t G = K / GS, N = NB * CH, REC = record_bytes(BITS);
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   at::parallel_for(0, NB, (NB + threads - 1) / threads, [&](int64_t b0, int64_t b1) {
+#ifdef RADIXSERVE_EXACT_SIMD
+    if (M <= ROWS) {
+      alignas(64) float out[ROWS * CH];
+      for (int64_t b = b0; b < b1; ++b) {
+        fused_dispatch<BITS, ROWS>(M, w + b * G * REC, G, x, K, out);
+        for (int64_t i = 0; i < M; ++i) std::memcpy(y + i * N + b * CH, out + i * CH, CH * sizeof(float));
+      }
+      return;
+    }
+#endif
     alignas(64) float tile[GS * CH];
     std::vector<float> acc(M * CH);
     for (int64_t b = b0; b < b1; ++b) {

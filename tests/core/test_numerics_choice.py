@@ -179,7 +179,10 @@ def _packs(monkeypatch, dtypes: tuple) -> None:
 
 @pytest.mark.parametrize("packable", [(torch.float32, torch.bfloat16), (torch.float32,)], ids=["both", "fp32-only"])
 def test_resolve_numerics_measures_only_when_both_are_auto(monkeypatch, tmp_path, packable):
+    from radixserve.model.quant import blocked
+
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(blocked, "exact_available", lambda n, k: False)  # (int4+float32: its own test)
     _packs(monkeypatch, packable)
     ms = (1, 2, 4, 8, 16, 64, 256, 1024)
     t = {p: {m: 1.0 for m in ms} for p in PATHS + packed_paths()}
@@ -238,7 +241,10 @@ def test_a_pinned_dense_kernel_overrides_the_timings():
 def test_resolve_numerics_takes_a_pinned_dense_kernel_as_given(monkeypatch, tmp_path, dtype, quantization):
     """Whatever the timings say (here packing is much faster for both dtypes), a pin decides,
     and a pinned kernel's variants are never timed; ``auto`` still chooses everything else."""
+    from radixserve.model.quant import blocked
+
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(blocked, "exact_available", lambda n, k: False)
     _packs(monkeypatch, (torch.float32, torch.bfloat16))
     ms = (1, 2, 4, 8, 16, 64, 256, 1024)
     t = {p: {m: 1.0 for m in ms} for p in PATHS + packed_paths()}
@@ -276,7 +282,10 @@ def test_config_and_cli_validate_dense_kernel():
 def test_a_cpu_that_cannot_pack_bf16_never_gets_it(monkeypatch, tmp_path):
     """An AVX2-only CPU: pinning ``packed`` with bf16 is refused naming the dtype, and ``auto``
     neither times nor picks bf16's packed path, however fast the (fake) timings would make it."""
+    from radixserve.model.quant import blocked
+
     monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(blocked, "exact_available", lambda n, k: False)  # (int4+float32: its own test)
     _packs(monkeypatch, (torch.float32,))
     assert packed_paths() == ("float32" + PACKED,)
     with pytest.raises(ValueError, match="no oneDNN packed linear for torch.bfloat16"):
@@ -336,3 +345,26 @@ def test_float32_int4_runs_the_exact_kernel_up_to_the_last_m_where_it_is_faster(
     got = resolve_numerics(ModelConfig(dtype="float32", quantization="int4", dense_kernel=pin), CPU, CONFIG,
                            "unused", fake_timer(t, calls), never)
     assert got == Numerics(torch.float32, "int4", packed=pin == "auto") and INT4_F32 not in calls
+
+
+def test_auto_on_a_float32_machine_takes_int4_on_float32_activations_where_verified(monkeypatch, tmp_path):
+    """Where fp32 is the dense choice, int4 weights with float32 arithmetic compete as a hybrid
+    (the bf16 methods, slow here, compete as a whole and lose); it is taken only when its own
+    accuracy check ("int4+float32", loaded as it serves) passes the bar."""
+    from radixserve.model.quant import blocked
+    from radixserve.worker.tuning.kernel_timing import INT4_F32
+
+    monkeypatch.setattr(blocked, "exact_available", lambda n, k: True)
+    _packs(monkeypatch, (torch.float32,))
+    ms = (1, 2, 4, 8, 16, 64, 256, 1024)
+    t = {p: {m: 5.0 for m in ms} for p in PATHS}  # bf16 and its methods: slow
+    t["float32"] = {m: 1.0 for m in ms}
+    t["float32+packed"] = {m: 2.0 for m in ms}
+    t[INT4_F32] = {m: 0.4 if m <= 8 else 1.5 for m in ms}
+    for rate, want in [((0.999, 700), Numerics(torch.float32, "int4", 8)), ((0.95, 700), Numerics(torch.float32))]:
+        monkeypatch.setenv("RADIXSERVE_CACHE", str(tmp_path / str(rate[0])))
+        calls: list = []
+        checked: list = []
+        got = resolve_numerics(ModelConfig(), CPU, CONFIG, "unused", fake_timer(t, calls),
+                               lambda m: checked.append(m) or rate)
+        assert got == want and checked == [INT4_F32] and INT4_F32 in calls

@@ -19,7 +19,9 @@ call, summed over the model's linear shapes, at each probe row count M):
 1. Dense: each dtype runs its faster kernel (``dense_kernel``); then the faster
    of fp32 and bf16, summed over the Ms; a tie keeps fp32 (exact).
 2. A quantized method (bf16 activations) counts as faster at an M when it takes at most
-   ``1 - MARGIN`` of bf16's time there.  On a bf16 model it runs for every call of up to
+   ``1 - MARGIN`` of bf16's time there.  Where fp32 is the dense choice, int4 weights on
+   float32 activations ("int4+float32", ``blocked_linear_exact``) compete the same way
+   against it, as a hybrid with the fp32 weights.  On a bf16 model it runs for every call of up to
    ``max_m`` rows, the largest probe M before the first one where it is not faster, and the
    dense weights stay for larger calls (a hybrid; when it is faster at every M the dense
    weights are dropped).  On an fp32 model it competes only as a whole (bf16 throughout),
@@ -134,8 +136,20 @@ def candidates(t: Timings, pin: DenseKernel = "auto") -> list[tuple[float, Numer
             continue
         score = sum(t[q][m] if max_m is None or m <= max_m else dense_t[m] for m in ms)
         out.append((score, Numerics(torch.bfloat16, q, max_m, bf16_packed)))
+    if dense == "float32" and INT4_F32 in t:  # float32 arithmetic on int4 weights, at the Ms it is faster
+        wins = wins_up_to(t[INT4_F32], dense_t, MARGIN)
+        if wins:
+            max_m = None if wins == len(ms) else ms[wins - 1]
+            score = sum(t[INT4_F32][m] if max_m is None or m <= max_m else dense_t[m] for m in ms)
+            out.append((score, Numerics(torch.float32, "int4", max_m, kernels["float32"][1])))
     order = ("none",) + METHODS
-    return sorted(out, key=lambda c: (c[0], order.index(c[1].quantization)))
+    return sorted(out, key=lambda c: (c[0], order.index(c[1].quantization), c[1].dtype == torch.float32))
+
+
+def method_key(n: Numerics) -> str:
+    """The accuracy check's name of a quantized candidate: its method, "int4+float32" for int4
+    on float32 activations (``quant_accuracy`` loads each as it serves)."""
+    return INT4_F32 if n.quantization == "int4" and n.dtype == torch.float32 else n.quantization
 
 
 def choose(t: Timings, verify: Verify, pin: DenseKernel = "auto") -> tuple[Numerics, dict[str, tuple[float, int]]]:
@@ -144,8 +158,9 @@ def choose(t: Timings, verify: Verify, pin: DenseKernel = "auto") -> tuple[Numer
     for _, c in candidates(t, pin):
         if c.quantization == "none":
             return c, rates
-        rates[c.quantization] = verify(c.quantization)
-        if quant_accuracy.passes(*rates[c.quantization]):
+        key = method_key(c)
+        rates[key] = verify(key)
+        if quant_accuracy.passes(*rates[key]):
             return c, rates
     raise AssertionError("the dense candidate is always in the list")  # pragma: no cover
 
@@ -210,6 +225,8 @@ def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir
             packed = dense_kernel(timings, name)[1]
         return Numerics(dense, q if q in METHODS else "none", packed=packed)
     paths = (DENSE if q == "none" else PATHS) + (() if pin == "plain" else packed_paths())
+    if q == "auto" and all(blocked.exact_available(n, k) for k, n in shapes):
+        paths += (INT4_F32,)
     timings, cached = measured_timings(shapes, paths, cache_path, timer, copies=copies)
     if verify is None:
         acc_path = os.path.join(loader.cache_root(), "quant_accuracy.json")

@@ -5,7 +5,8 @@ model in fp32.  How ``auto`` knows it holds: the CHECK texts of ``model/quant/ca
 chat turn, prose, code, a how-to, a dialogue; ~600 tokens with SmolLM2's tokenizer, none of
 them the FIT texts the method's input scales were searched on) run through the model twice as
 one extend step: in fp32 (the reference; our fp32 path matches HF transformers within 1e-4)
-and with the method's kernel on every row (bf16 activations, as the method serves).  The
+and with the method's kernel on every row (bf16 activations, as the method serves; float32
+ones for "int4+float32").  The
 agreement is the share of positions whose argmax is the same, and the bar holds when the
 lower end of its one-sided 95% Wilson interval is at least ``BAR``: a method measured at
 97.2% over 600 positions is not taken (it could well be below 97% on other text).  The
@@ -61,7 +62,9 @@ def measure_agreement(hf_dir: str, config: Any, method: str) -> tuple[float, int
         _REFERENCE.clear()
         ref_model = loader.load_model(config, hf_dir, torch.float32, cpu, max_pos)
         _REFERENCE[hf_dir] = calibration.teacher_forced_logits(ref_model, seqs).argmax(-1)
-    model = loader.load_model(config, hf_dir, torch.bfloat16, cpu, max_pos, quantization=method)
+    # "int4+float32" (numerics_choice.method_key): int4 weights on float32 activations
+    dtype, quantization = (torch.float32, "int4") if method == "int4+float32" else (torch.bfloat16, method)
+    model = loader.load_model(config, hf_dir, dtype, cpu, max_pos, quantization=quantization)
     got = calibration.teacher_forced_logits(model, seqs).argmax(-1)
     return float((got == _REFERENCE[hf_dir]).float().mean()), int(got.numel())
 
