@@ -125,18 +125,7 @@ void run_task_avx2(const Args& a, int64_t task, int64_t h, float* ws) {
       weighted_values_avx2<DV>(o + r * DC, alpha, vp, s, lo, lim);
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t e = es + r / G, hh = h * G + r % G;
-    float* dst = a.part_o + (e * a.H + hh) * DC;
-    if (l[r] > 0.0f) {
-      const float inv = 1.0f / l[r];
-      for (int64_t d = 0; d < DC; ++d) dst[d] = o[r * DC + d] * inv;
-      a.part_lse[e * a.H + hh] = m[r] + std::log(l[r]);
-    } else {  // no key of this range is visible to the token: weight 0 in the merge
-      std::fill(dst, dst + DC, 0.0f);
-      a.part_lse[e * a.H + hh] = NEG_INF;
-    }
-  }
+  store_partials(a, es, h, G, rows, DC, o, m, l);
 }
 
 #endif  // AVX2 without AVX-512

@@ -201,6 +201,24 @@ void run_direct(const Args& a, const typename KV<K>::E* kbuf, const typename KV<
 }  // namespace
 
 namespace {
+// A task's rows (entries es.., query head h * G + r % G) normalized into part_o / part_lse:
+// o [rows, D] unnormalized, m / l the running max and sum per row.
+inline void store_partials(const Args& a, int64_t es, int64_t h, int64_t G, int64_t rows, int64_t D, const float* o,
+                           const float* m, const float* l) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t e = es + r / G, hh = h * G + r % G;
+    float* dst = a.part_o + (e * a.H + hh) * D;
+    if (l[r] > 0.0f) {
+      const float inv = 1.0f / l[r];
+      for (int64_t d = 0; d < D; ++d) dst[d] = o[r * D + d] * inv;
+      a.part_lse[e * a.H + hh] = m[r] + std::log(l[r]);
+    } else {  // no key of this range is visible to the token: weight 0 in the merge
+      std::fill(dst, dst + D, 0.0f);
+      a.part_lse[e * a.H + hh] = NEG_INF;
+    }
+  }
+}
+
 #include "attn_bf16.h"
 #include "attn_avx2.h"
 
@@ -382,18 +400,7 @@ void run_task(const Args& a, int64_t task, int64_t h, float* ws) {
       }
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t e = es + r / G, hh = h * G + r % G;
-    float* dst = a.part_o + (e * a.H + hh) * D;
-    if (l[r] > 0.0f) {
-      const float inv = 1.0f / l[r];
-      for (int64_t d = 0; d < D; ++d) dst[d] = o[r * D + d] * inv;
-      a.part_lse[e * a.H + hh] = m[r] + std::log(l[r]);
-    } else {  // no key of this range is visible to the token: weight 0 in the merge
-      std::fill(dst, dst + D, 0.0f);
-      a.part_lse[e * a.H + hh] = NEG_INF;
-    }
-  }
+  store_partials(a, es, h, G, rows, D, o, m, l);
 }
 
 // Workers pull items (a task and a range of its KV heads) from a shared counter: tasks differ
