@@ -21,8 +21,8 @@ Formats (``N`` outputs, ``K`` inputs, weight ``W [N, K]``):
           exactly dequantized weights; ``grid_exact`` says whether those are the model's own
           float32 weights, as they are from a Q4_1 GGUF: then the layer differs from the dense one
           by the summation order only).  Measured on the AVX2 EPYC (2 threads, SmolLM2's 4
-          shapes x 30 layers): 9.7 ms a step at M = 1 against 17.8 for dense float32, 20.4
-          against 36.1 at M = 8, 80 against 93 at M = 32, 181 against 161 at M = 64.
+          shapes x 30 layers): 8.1 ms a step at M = 1 against 11-18 for dense float32, 9.9
+          against 34 at M = 4, 18 against 31-36 at M = 8, 181 against 161 at M = 64.
           Otherwise the native ``blocked_linear`` (``model/quant/blocked.py``: activations split
           per group of 32 inputs into two int8 parts, ~15 bits; VNNI integer dot products, AMX
           tiles from 16 rows) where the library builds and N % 16 == 0, else
@@ -226,7 +226,7 @@ class QuantLinear(nn.Module):
             weight = weight * in_scale.float()
             fp32 = method == "w8a8" or native  # the native kernels take fp32 scales
             self.inv_scale = (1 / in_scale.float()).to(torch.float32 if fp32 else act_dtype).contiguous()
-        self.exact = False  # float32 activations on blocked_linear_exact
+        self.exact = self.grid_exact = False  # float32 activations on blocked_linear_exact
         if method == "int4":
             q, scale, zero = quantize_int4(weight)
             self.native = native
