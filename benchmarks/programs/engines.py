@@ -47,6 +47,7 @@ class Engine:
     close: Callable[[], None]
     info: dict[str, Any] = field(default_factory=dict)
     run_cell: Optional[Callable[..., dict[str, Any]]] = None  # (workload, concurrency) -> cell; None: run.py's
+    fresh_per_workload: bool = False  # run.py starts it anew for each workload
 
 
 def free_port() -> int:
@@ -103,6 +104,15 @@ def radix_counts(sched: dict[str, Any], cache: dict[str, Any]) -> dict[str, int]
             "computed_tokens": int(sched["forward_tokens"]), "forward_steps": int(sched["forward_steps"])}
 
 
+def settle(url: str) -> None:
+    """Wait until the server has loaded its chat tokenizer: it imports transformers after
+    ``/health`` first answers (seconds of a core, beside the first requests); a chat request
+    waits for that load, so the cells measure the server as it runs, not its start."""
+    model = httpx.get(url + "/v1/models", timeout=60).json()["data"][0]["id"]
+    httpx.post(url + "/v1/chat/completions", timeout=300, json={
+        "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}).raise_for_status()
+
+
 def radixserve_http(model: str, dtype: str, extra: list[str], logdir: str, client: str = "frontend_lang") -> Engine:
     """``radixserve serve`` driven by ``frontend_lang``'s RuntimeEndpoint, or with ``client``
     "sglang" by SGLang's own client."""
@@ -114,6 +124,7 @@ def radixserve_http(model: str, dtype: str, extra: list[str], logdir: str, clien
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", proc, log)
+    settle(url)
     run_cell = None
     if client == "frontend_lang":
         from frontend_lang import RuntimeEndpoint
@@ -148,10 +159,14 @@ def radixserve_http(model: str, dtype: str, extra: list[str], logdir: str, clien
                   run_cell)
 
 
-def radixserve_inproc(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> Engine:
+def radixserve_inproc(model: str, dtype: str, extra: list[str]) -> Engine:
+    """``frontend_lang.Runtime`` on the Engine that ``radixserve serve`` would build from the same
+    flags (``extra``: the HTTP engine's ``--server-arg``s), so both run one configuration."""
     from frontend_lang import Runtime
+    from radixserve.cli import engine_config_from_args, parse_args
 
-    rt = Runtime(model, dtype=dtype, **engine_kwargs)
+    args = parse_args(["serve", "--model", model, "--dtype", dtype, *extra])
+    rt = Runtime(config=engine_config_from_args(args))
     eng = rt.engine
     generated = {"n": 0}
 
@@ -171,7 +186,7 @@ def radixserve_inproc(model: str, dtype: str, engine_kwargs: dict[str, Any]) -> 
 
     eng.generate = counting_generate
     return Engine("radixserve", rt, counters, lambda: eng.flush_cache() and None, rt.shutdown,
-                  {"engine_kwargs": {"dtype": dtype, **engine_kwargs}})
+                  {"flags": " ".join(["--dtype", dtype, *extra])})
 
 
 # ---------------------------------------------------------------------- vLLM
@@ -264,7 +279,10 @@ def llama_server(gguf: str, hf_dir: str, logdir: str, python: Optional[str]) -> 
     """llama-cpp-python's server: one sequence at a time (it has no batching of requests), the
     previous request's KV reused for the longest common prefix, a RAM cache of earlier prompts'
     states (``--cache``: what brings a fork's shared prefix back after a branch ran); no
-    ``logits_all`` (its echo logprobs cannot score ``select``: completions_backend.py)."""
+    ``logits_all`` (its echo logprobs cannot score ``select``: completions_backend.py).  Started
+    anew for each workload: with ``--cache`` its process grows by about twice a saved state
+    (~29 MB here) per request (15 GB after 244 requests on a 24 GiB machine, then the kernel's OOM
+    killer ended it)."""
     py, why = find_python(LLAMA, python)
     if py is None:
         raise RuntimeError(why)
@@ -309,4 +327,5 @@ def llama_server(gguf: str, hf_dir: str, logdir: str, python: Optional[str]) -> 
         backend.shutdown()
         stop(proc)
 
-    return Engine("llama.cpp", backend, counters, lambda: None, close, {"command": " ".join(cmd[1:]), "python": py})
+    return Engine("llama.cpp", backend, counters, lambda: None, close, {"command": " ".join(cmd[1:]), "python": py},
+                  fresh_per_workload=True)

@@ -55,6 +55,29 @@ def agreement(report: dict[str, Any], engine: str, ref: str, workloads: list[str
     return f"{same}/{total}" if total else "-"
 
 
+def http_against_inproc(report: dict[str, Any], workloads: list[str], concs: list[str]) -> list[str]:
+    """Rows of radixserve over HTTP / in process (programs/s) per workload and concurrency; a
+    cell under 0.90 (HTTP more than 10% slower) is marked.  Empty where either is missing."""
+    if not any(cell(report, OURS_LOCAL, w, c) and cell(report, OURS, w, c) for w in workloads for c in concs):
+        return []
+    lines = ["", "### radixserve over HTTP against in process (programs/s, HTTP / in process; under 0.90 marked)",
+             "", "| workload | " + " | ".join(f"C={c}" for c in concs) + " |", "|---" * (len(concs) + 1) + "|"]
+    worst: Optional[float] = None
+    for w in workloads:
+        row = []
+        for c in concs:
+            http, local = cell(report, OURS, w, c), cell(report, OURS_LOCAL, w, c)
+            if http is None or local is None:
+                row.append("-")
+                continue
+            r = http["programs_per_s"] / local["programs_per_s"]
+            worst = r if worst is None else min(worst, r)
+            row.append(f"{r:.2f}" + (" (under 0.90)" if r < 0.9 else ""))
+        lines.append(f"| {w} | " + " | ".join(row) + " |")
+    lines.append(f"| **lowest** | {worst:.2f} |" + " |" * (len(concs) - 1))
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     engines = [e for e in report["engines"]]
     workloads: list[str] = []
@@ -101,6 +124,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"| {w} | " + " | ".join(row) + " |")
     gm = [geomean(per_c[c]) for c in concs]
     lines.append("| **geometric mean** | " + " | ".join("-" if g is None else f"**{g:.2f}x**" for g in gm) + " |")
+    lines += http_against_inproc(report, workloads, concs)
     lines += ["", "Outputs identical to radixserve over HTTP (programs, all concurrencies):"]
     for e in engines:
         if e != OURS and "workloads" in report["engines"][e]:

@@ -113,7 +113,7 @@ def start(name: str, a: argparse.Namespace, model: str, hf_dir: str, logdir: str
     if name == "sglang-client":
         return E.radixserve_http(model, a.dtype, a.server_arg, logdir, client="sglang")
     if name == "radixserve":
-        return E.radixserve_inproc(model, a.dtype, {})
+        return E.radixserve_inproc(model, a.dtype, a.server_arg)
     if name == "vllm-server":
         return E.vllm_server(hf_dir, a.vllm_dtype, logdir, a.vllm_python)
     if name == "vllm-offline":
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--scale", type=float, default=1.0, help="scales every workload's token budgets")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto", help="radixserve's --dtype")
-    p.add_argument("--server-arg", action="append", default=[], help="extra `radixserve serve` argument")
+    p.add_argument("--server-arg", action="append", default=[], help="extra `radixserve serve` argument (the in-process engine is built from the same flags)")
     p.add_argument("--vllm-dtype", default="bfloat16")
     p.add_argument("--vllm-python", default=None)
     p.add_argument("--llama-python", default=None)
@@ -170,11 +170,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             report["engines"][name] = {"skipped": str(e)}
             continue
         print(f"{name}: started", flush=True)
+        results: dict[str, Any] = {}
+        report["engines"][name] = {"info": eng.info, "workloads": results}
         try:
-            report["engines"][name] = {"info": eng.info, "workloads": bench_engine(eng, names, levels, a.seed,
-                                                                                   a.scale)}
-        finally:
-            eng.close()
+            for i, wl in enumerate(names if eng.fresh_per_workload else [names]):
+                if i:
+                    eng = start(name, a, model, hf_dir, logdir)
+                try:
+                    results.update(bench_engine(eng, wl if isinstance(wl, list) else [wl], levels, a.seed, a.scale))
+                finally:
+                    eng.close()
+        except Exception as e:  # a restart that failed: the workloads measured so far stay
+            print(f"{name}: stopped: {e}", flush=True)
+            report["engines"][name]["stopped"] = str(e)
         if a.json_out:  # after every engine: a long run keeps what it measured
             with open(a.json_out, "w") as f:
                 json.dump(report, f, indent=1)
