@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--scale", type=float, default=1.0, help="scales every workload's token budgets")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto", help="radixserve's --dtype")
-    p.add_argument("--server-arg", action="append", default=[], help="extra `radixserve serve` argument (the in-process engine is built from the same flags)")
+    p.add_argument("--server-arg", action="append", default=[],
+                   help="extra `radixserve serve` argument (the in-process engine is built from the same flags)")
     p.add_argument("--vllm-dtype", default="bfloat16")
     p.add_argument("--vllm-python", default=None)
     p.add_argument("--llama-python", default=None)
