@@ -174,11 +174,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results: dict[str, Any] = {}
         report["engines"][name] = {"info": eng.info, "workloads": results}
         try:
-            for i, wl in enumerate(names if eng.fresh_per_workload else [names]):
+            groups = [[w] for w in names] if eng.fresh_per_workload else [names]
+            for i, group in enumerate(groups):
                 if i:
                     eng = start(name, a, model, hf_dir, logdir)
                 try:
-                    results.update(bench_engine(eng, wl if isinstance(wl, list) else [wl], levels, a.seed, a.scale))
+                    results.update(bench_engine(eng, group, levels, a.seed, a.scale))
                 finally:
                     eng.close()
         except Exception as e:  # a restart that failed: the workloads measured so far stay
