@@ -61,6 +61,7 @@ def test_same_output_from_every_tier(tiny_dir, tmp_path, reference):
     assert run(eng, 0, reference) == DOC - 1 and hits(eng)[0] >= DOC - 1
     for i in (3, 4, 5, 6, 7):  # and then the host tier for the disk
         run(eng, i, reference)
+    eng._tiers.blocks.flush()  # the writer thread may not have reached the first block yet
     assert glob.glob(os.path.join(str(tmp_path), "radixserve-hicache-*", "*.rsp"))
     host, disk = hits(eng)
     assert run(eng, 1, reference) == DOC - 1 and hits(eng)[1] > disk
