@@ -23,6 +23,8 @@ is accepted and ignored.  Tool calling: ``gen(name, tools=[...], tool_choice=...
 ``state.tool_calls(name)`` (see ``tools``).  LoRA adapters served by the backend:
 ``gen(..., lora="name")`` / ``select(..., lora="name")``, or ``program.run(..., lora="name")`` for
 every gen and select of the run (radixserve's extension; sent as /generate's ``lora_path``).
+Documents: ``s += document(text)`` appends text the runtime may reuse out of order (radixserve's
+extension; a gen's prompt with documents is sent as /generate's ``segments``).
 
 Owns: the program API (``api``, ``ir``, ``program``), its interpreter (``state``, ``executor``,
 ``batch``, ``tracer``, ``stream``, ``transcript``), client-side chat templates
@@ -36,10 +38,10 @@ public API, never of the scheduler or the worker; of radixserve it imports only
 ``sampling_params``, ``radixserve.tools`` and (lazily, in ``backend``) ``engine`` and
 ``tokenizer``, so importing it never loads torch.  Public names: ``__all__``.
 """
-from frontend_lang.api import (assistant, assistant_begin, assistant_end, flush_cache, gen, gen_int, gen_string,
-                               get_default_backend, get_server_info, global_config, image, select, separate_reasoning,
-                               set_default_backend, system, system_begin, system_end, user, user_begin, user_end,
-                               video)
+from frontend_lang.api import (assistant, assistant_begin, assistant_end, document, flush_cache, gen, gen_int,
+                               gen_string, get_default_backend, get_server_info, global_config, image, select,
+                               separate_reasoning, set_default_backend, system, system_begin, system_end, user,
+                               user_begin, user_end, video)
 from frontend_lang.backend import Backend, EngineBackend, Runtime, RuntimeEndpoint
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.choice_scoring import (greedy_token_selection, token_length_normalized,
@@ -50,7 +52,7 @@ from frontend_lang.state import ProgramState, ProgramStateGroup
 from frontend_lang.tools import tools_prompt
 
 __all__ = [
-    "assistant", "assistant_begin", "assistant_end", "flush_cache", "gen", "gen_int", "gen_string",
+    "assistant", "assistant_begin", "assistant_end", "document", "flush_cache", "gen", "gen_int", "gen_string",
     "get_default_backend", "get_server_info", "global_config", "image", "select", "separate_reasoning",
     "set_default_backend", "video",
     "system", "system_begin", "system_end", "user", "user_begin", "user_end",

@@ -1,7 +1,8 @@
-"""The user-facing constructors: ``gen``, ``select``, roles and the default backend.
+"""The user-facing constructors: ``gen``, ``select``, ``document``, roles and the default backend.
 
 ``gen(name, ...)`` takes SGLang's arguments (``max_tokens`` is max_new_tokens); with
-``choices`` it is a ``select`` (as in SGLang).  ``system/user/assistant(expr)`` wrap an
+``choices`` it is a ``select`` (as in SGLang).  ``document(text)`` (radixserve's) appends text
+as a document, which the runtime may reuse out of order.  ``system/user/assistant(expr)`` wrap an
 expression in a chat message; with no argument they are an empty message (use
 ``with s.user():`` or ``user_begin()``/``user_end()`` to write a message piece by piece).
 """
@@ -14,7 +15,7 @@ from frontend_lang.backend.base import Backend
 from frontend_lang.choice_scoring import ChoicesSamplingMethod, resolve
 from frontend_lang.dtypes import DType, check_dtype
 from frontend_lang.errors import ProgramError
-from frontend_lang.ir import Expr, ExprLike, ExprList, Gen, RoleBegin, RoleEnd, Select, to_expr
+from frontend_lang.ir import Document, Expr, ExprLike, ExprList, Gen, RoleBegin, RoleEnd, Select, to_expr
 from frontend_lang.sampling import SAMPLING_FIELDS, SamplingOverrides
 from frontend_lang.tools import make_plan
 
@@ -103,6 +104,17 @@ def select(name: Optional[str] = None, choices: Optional[list[str]] = None, temp
     if lora is not None and not (isinstance(lora, str) and lora):
         raise ValueError("select: lora must be a LoRA adapter's name")
     return Select(name, list(choices), resolve(choices_method), priority, lora)
+
+
+def document(text: str) -> Expr:
+    """Append ``text`` to the prompt as a document (radixserve's extension): the runtime may reuse
+    its KV wherever the document is placed, e.g. retrieved passages in any order; a gen whose
+    prompt holds documents is sent as /generate ``segments`` (text otherwise), its meta_info
+    counting ``document_reused_tokens`` and ``document_recomputed_tokens``.  Set the share
+    recomputed with ``gen(..., document_recompute=...)`` or the run's defaults."""
+    if not isinstance(text, str):
+        raise TypeError(f"document: text must be a str (got {type(text).__name__})")
+    return Document(text)
 
 
 def image(expr: Any) -> Expr:

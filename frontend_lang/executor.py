@@ -17,8 +17,8 @@ from frontend_lang.backend.base import Backend, lora_kw
 from frontend_lang.choice_scoring import resolve
 from frontend_lang.dtypes import apply_dtype
 from frontend_lang.errors import ProgramError
-from frontend_lang.ir import (CommitPrefix, Expr, ExprLike, Gen, RoleBegin, RoleEnd, Select, Text, VarScopeBegin,
-                              VarScopeEnd, flatten, produces)
+from frontend_lang.ir import (CommitPrefix, Document, Expr, ExprLike, Gen, RoleBegin, RoleEnd, Select, Text,
+                              VarScopeBegin, VarScopeEnd, flatten, produces)
 from frontend_lang.sampling import SamplingOverrides
 from frontend_lang.select_op import run_select
 from frontend_lang.tools import parse_calls, sampling_with_tools
@@ -88,6 +88,9 @@ class StreamExecutor:
         if isinstance(op, Text):
             with self.cond:
                 self.transcript.append(op.text)
+        elif isinstance(op, Document):
+            with self.cond:
+                self.transcript.append_document(op.text)
         elif isinstance(op, (RoleBegin, RoleEnd)):
             template = self.backend.chat_template()
             with self.cond:
@@ -129,7 +132,10 @@ class StreamExecutor:
                 with self.cond:
                     self.partial = (op.name, text)
                     self.cond.notify_all()
-        text, meta = self.backend.generate(self.text(), params, options, on_text)
+        with self.cond:
+            prompt, docs = self.transcript.text, list(self.transcript.documents)
+        extra = {"documents": docs} if docs else {}  # a backend without documents never sees the argument
+        text, meta = self.backend.generate(prompt, params, options, on_text, **extra)
         if op.tools is not None:
             meta = {**meta, "tool_calls": parse_calls(op.tools, text, source)}
         self._commit(op.name, text, text, meta)

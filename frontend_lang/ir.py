@@ -1,6 +1,6 @@
 """The program's expressions: what ``s += ...`` accepts.
 
-Strings, ``gen``/``select`` calls and role markers are ``Expr`` objects; ``+`` between them
+Strings, ``gen``/``select`` calls, ``document`` texts and role markers are ``Expr`` objects; ``+`` between them
 (or with a str) builds an ``ExprList``.  The executor flattens an expression into its leaf
 ops (``flatten``) and runs them in order.  The user-facing constructors (``gen``, ``select``,
 ``system``, ...) live in ``frontend_lang/api.py``; ``REGEX_INT`` & co. (SGLang's names) in dtypes.py.
@@ -26,6 +26,14 @@ class Expr:
 
 @dataclass
 class Text(Expr):
+    text: str
+
+
+@dataclass
+class Document(Expr):
+    """Text appended as a document: the runtime may reuse its KV wherever it is placed (sent
+    as a ``segments`` entry with ``"document": true``; radixserve's issue 46)."""
+
     text: str
 
 

@@ -3,7 +3,9 @@
 Role begin/end markers come from the chat template (``ChatTemplate.begin``/``end``), so a
 program that writes only inside roles ends up with exactly the text
 ``apply_chat_template(messages)`` gives; text written outside roles is kept as is and is
-not part of any message.  Not thread-safe: the owning executor guards it.
+not part of any message.  ``documents`` are the character ranges of ``text`` written as
+documents (``append_document``; ``text`` only grows, so they stay valid).  Not thread-safe: the
+owning executor guards it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ class Transcript:
     def __init__(self) -> None:
         self.text = ""
         self.messages: list[dict[str, Any]] = []
+        self.documents: list[tuple[int, int]] = []  # (start, end) character ranges of ``text``
         self.role: Optional[str] = None  # the open role, if any
         self._content_start = 0  # where the open role's content begins in ``text``
         self._rendered = ""  # the template's rendering of ``messages``
@@ -28,6 +31,13 @@ class Transcript:
 
     def append(self, text: str) -> None:
         self.text += text
+
+    def append_document(self, text: str) -> None:
+        """Append ``text`` and mark it as a document (an empty one marks nothing)."""
+        start = len(self.text)
+        self.text += text
+        if text:
+            self.documents.append((start, len(self.text)))
 
     def role_begin(self, role: str, template: ChatTemplate) -> None:
         if self.role is not None:

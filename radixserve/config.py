@@ -265,6 +265,10 @@ class SchedulerConfig:
     proposes up to ``speculative_num_tokens`` tokens per decode step from the request's own
     text and the prefix cache, "draft" from ``speculative_draft_model`` (a smaller causal LM
     with the target's tokenizer, run by the worker); the target verifies them in one step.
+
+    Order-free document reuse (issue 46): ``document_recompute`` is the share (0 to 1) of a
+    reused document's tokens recomputed when a request places it at a new position, for
+    requests that do not set ``SamplingParams.document_recompute`` themselves.
     """
 
     schedule_policy: SchedulePolicy = "lpm"
@@ -289,6 +293,9 @@ class SchedulerConfig:
     speculative_algorithm: SpeculativeAlgorithm = "none"
     speculative_num_tokens: int = 4
     speculative_draft_model: Optional[str] = None
+    document_recompute: float = field(default=0.15, metadata={"help": (
+        "share (0 to 1) of a reused document's tokens recomputed at its new position, unless a request sets "
+        "sampling_params.document_recompute (default: 0.15)")})
 
     def __post_init__(self) -> None:
         check_choices(self)  # schedule_policy, grammar_backend, speculative_algorithm
@@ -298,6 +305,8 @@ class SchedulerConfig:
         require(self.max_queued_requests is None or self.max_queued_requests >= 1, "max_queued_requests",
                 ">= 1 (unset: unbounded)", self.max_queued_requests)
         require(0.0 <= self.new_token_ratio <= 1.0, "new_token_ratio", "in [0, 1]", self.new_token_ratio)
+        require(isinstance(self.document_recompute, (int, float)) and not isinstance(self.document_recompute, bool)
+                and 0.0 <= self.document_recompute <= 1.0, "document_recompute", "in [0, 1]", self.document_recompute)
         require(self.lpm_queue_limit >= 0, "lpm_queue_limit", ">= 0", self.lpm_queue_limit)
         require(self.in_batch_prefix_threshold >= 0, "in_batch_prefix_threshold", ">= 0",
                 self.in_batch_prefix_threshold)

@@ -6,6 +6,9 @@ the detokenizer's ``DetokState``) into the cumulative state; ``to_native`` rende
 ``meta_info`` shape is SGLang's: logprob entries are ``[logprob, token_id, token_text]`` lists
 (``token_text`` None unless a ``token_text`` function is given), an unscored first prompt
 position is ``[None, token_id, text]``, and ``e2e_latency`` appears once finished.
+``document_reused_tokens`` / ``document_recomputed_tokens`` count the prompt's document tokens
+whose KV was reused out of order and recomputed (0 without documents); ``document_fallback``
+(only when set) says why the documents ran as exact prefill instead.
 Not thread-safe: one owner (the server's event loop, or the Engine's driver thread).
 """
 from __future__ import annotations
@@ -32,6 +35,9 @@ class OutputState:
     text: str = ""
     finish_reason: Optional[dict] = None
     cached_tokens: int = 0
+    document_reused: int = 0
+    document_recomputed: int = 0
+    document_fallback: Optional[str] = None
     queue_time: Optional[float] = None
     spec_proposed: int = 0
     spec_accepted: int = 0
@@ -55,6 +61,8 @@ class OutputState:
         self.output_ids.extend(out.new_ids)
         self.text = out.final_text if out.final_text is not None else self.text + out.text
         self.cached_tokens = out.cached_tokens
+        self.document_reused, self.document_recomputed = out.document_reused_tokens, out.document_recomputed_tokens
+        self.document_fallback = out.document_fallback
         self.spec_proposed, self.spec_accepted = out.spec_proposed, out.spec_accepted
         if out.queue_time is not None:
             self.queue_time = out.queue_time
@@ -76,7 +84,10 @@ class OutputState:
             "id": self.rid, "finish_reason": self.finish_reason, "prompt_tokens": len(self.input_ids),
             "completion_tokens": len(self.output_ids), "cached_tokens": self.cached_tokens,
             "spec_proposed_tokens": self.spec_proposed, "spec_accepted_tokens": self.spec_accepted,
+            "document_reused_tokens": self.document_reused, "document_recomputed_tokens": self.document_recomputed,
         }
+        if self.document_fallback is not None:
+            meta["document_fallback"] = self.document_fallback
         if self.spec_proposed:
             meta["spec_acceptance_rate"] = self.spec_accepted / self.spec_proposed
         if self.finish_reason is not None:

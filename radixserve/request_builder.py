@@ -1,8 +1,9 @@
 """The one front door for requests: validation, clamping and n-expansion, done once.
 
 Used by the in-process ``Engine`` (and through it by ``frontend_lang``) and by the server's
-/generate route and ``TokenizerManager``.  ``split_prompts`` turns a raw request (text or
-input_ids, single or batched, one or per-prompt sampling parameters) into per-prompt pieces;
+/generate route and ``TokenizerManager``.  ``split_prompts`` turns a raw request (text,
+input_ids or segments, single or batched, one or per-prompt sampling parameters) into per-prompt
+pieces (``segments`` mark documents: radixserve/tokenizer.py);
 ``RequestBuilder.build`` turns those prompts (token ids) with their sampling
 parameters into single sequences (``TokenizedRequest``, n == 1), against the ``Limits`` the
 model worker reported.  Per prompt it calls ``SamplingParams.verify`` exactly once and checks
@@ -23,6 +24,7 @@ from radixserve.embedding import check_pooling
 from radixserve.ipc.server_link import TokenizedRequest
 from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.sampling_params import MAX_CACHE_SALT_LEN, SamplingParams
+from radixserve.tokenizer import Encode, Spans, check_spans, split_segments
 from radixserve.utils import new_rid
 
 MAX_TOP_LOGPROBS = 64  # top-k logprobs travel per token (prompt ones too): bound the message size
@@ -65,31 +67,46 @@ def verify_sampling(sp: SamplingParams, vocab_size: int, grammar_backend: str = 
 @dataclass
 class Prompts:
     """One raw request, per prompt: token ids, sampling parameters, field names for errors
-    ("text", "input_ids.1", ...), request ids (None: fresh ones), and whether the input was a
-    batch (the result is then a list)."""
+    ("text", "input_ids.1", ...), request ids (None: fresh ones), whether the input was a
+    batch (the result is then a list), and the document spans of each prompt (None: no prompt
+    has documents)."""
 
     ids: list[list[int]]
     params: list[ParamsIn]
     names: list[str]
     rids: Optional[list[str]]
     batched: bool
+    spans: Optional[list[Optional[Spans]]] = None
 
 
 def split_prompts(text: Union[str, list[str], None], input_ids: Any, sampling_params: Union[ParamsIn, list],
                   encode: Callable[[str], list[int]], rid: Union[str, list[str], None] = None,
                   priority: Optional[int] = None, cache_salt: Optional[str] = None,
-                  allow_empty: bool = False, lora_path: Union[str, list, None] = None) -> Prompts:
+                  allow_empty: bool = False, lora_path: Union[str, list, None] = None,
+                  segments: Any = None, encode_plain: Optional[Encode] = None) -> Prompts:
     """Split a raw request: exactly one of ``text`` (a string or a list, each run through
-    ``encode``) and ``input_ids`` (a list of ints or a list of them); ``sampling_params`` one
-    entry for all prompts or a list with one per prompt.  ``priority`` / ``cache_salt`` (the
+    ``encode``), ``input_ids`` (a list of ints or a list of them) and ``segments`` (one prompt's
+    list of segments or a list of them, encoded by ``radixserve.tokenizer.split_segments`` with
+    ``encode`` and ``encode_plain``, the same tokenizer without special tokens; their document
+    spans go to ``Prompts.spans``); ``sampling_params`` one entry for all prompts or a list with
+    one per prompt.  ``priority`` / ``cache_salt`` (the
     top-level fields of /generate) go into every prompt's (mapping) parameters, ``lora_path`` too
     (SGLang's: one adapter name for all prompts, or a list with one name or None per prompt); a string
     ``rid`` of a batch becomes ``rid-i``.  An empty batch is an error unless ``allow_empty``.
     Prompt contents are checked later, by ``RequestBuilder.build``.  Raises ValueError naming
     the field."""
-    if (text is None) == (input_ids is None):
+    spans = None
+    if segments is not None:
+        if text is not None or input_ids is not None:
+            raise ValueError("segments: give exactly one of text, input_ids and segments")
+        if encode_plain is None:
+            raise ValueError("segments: not supported here")
+        field = "segments"
+        ids_list, spans_list, batched = split_segments(segments, encode, encode_plain)
+        spans = spans_list if any(sp is not None for sp in spans_list) else None
+    elif (text is None) == (input_ids is None):
         raise ValueError("text: give exactly one of prompt text or input_ids")
-    if text is not None:
+    elif text is not None:
         field, batched = "text", isinstance(text, list)
         texts = text if batched else [text]
         if not all(isinstance(t, str) for t in texts):
@@ -126,7 +143,7 @@ def split_prompts(text: Union[str, list[str], None], input_ids: Any, sampling_pa
     if isinstance(rid, str):
         rids = [f"{rid}-{i}" for i in range(len(ids_list))] if batched else [rid]
     names = [f"{field}.{i}" if batched else field for i in range(len(ids_list))]
-    return Prompts(ids_list, params, names, rids, batched)
+    return Prompts(ids_list, params, names, rids, batched, spans)
 
 
 def _set_everywhere(params: list[ParamsIn], name: str, value: Any) -> list[ParamsIn]:
@@ -196,10 +213,12 @@ class RequestBuilder:
 
     def build(self, prompts: list[list[int]], params: list[ParamsIn], names: list[str],
               rids: Optional[list[str]] = None, return_logprob: bool = False, logprob_start_len: int = -1,
-              top_logprobs_num: int = 0, in_use: Callable[[str], bool] = lambda rid: False
-              ) -> list[TokenizedRequest]:
+              top_logprobs_num: int = 0, in_use: Callable[[str], bool] = lambda rid: False,
+              doc_spans: Optional[list[Optional[Spans]]] = None) -> list[TokenizedRequest]:
         """Validate and expand; copy j of an n > 1 prompt with rid ``r`` is ``r-j`` with seed + j.
-        ``in_use(rid)`` tells which given rids are taken.  Raises ValueError naming the field."""
+        ``in_use(rid)`` tells which given rids are taken.  ``doc_spans``: each prompt's document
+        spans (``Prompts.spans``; None: no documents), carried by every copy.  Raises ValueError
+        naming the field."""
         if logprob_start_len < -1:
             raise ValueError("logprob_start_len: must be >= -1")
         if not isinstance(top_logprobs_num, int) or not 0 <= top_logprobs_num <= MAX_TOP_LOGPROBS:
@@ -208,10 +227,14 @@ class RequestBuilder:
             raise ValueError("sampling_params: a list must have one entry per prompt")
         if rids is not None and len(rids) != len(prompts):
             raise ValueError("rid: a list must have one entry per prompt")
+        if doc_spans is not None and len(doc_spans) != len(prompts):
+            raise ValueError("segments: one list of document spans per prompt")
         out: list[TokenizedRequest] = []
         taken: set[str] = set()
         for i, (ids, p, name) in enumerate(zip(prompts, params, names)):
             self.check_prompt(ids, name)
+            spans = doc_spans[i] if doc_spans is not None else None
+            check_spans(spans, len(ids), name)
             sp = self.sampling(p)
             if len(out) + sp.n > MAX_SEQUENCES:
                 raise ValueError(f"sampling_params.n: at most {MAX_SEQUENCES} sequences per request (prompts x n)")
@@ -225,7 +248,7 @@ class RequestBuilder:
                 params = one if sp.n == 1 else SamplingParams(**one.__dict__)
                 seed = None if sp.seed is None else sp.seed + j
                 out.append(TokenizedRequest(rid, list(ids), params, seed, return_logprob, start, top_logprobs_num,
-                                            copy=j))
+                                            copy=j, doc_spans=None if spans is None else [tuple(x) for x in spans]))
         return out
 
     def build_embed(self, prompts: list[list[int]], names: list[str], pooling: str,

@@ -87,6 +87,11 @@ class SamplingParams:
     ``lora_path`` (SGLang's name) is the name of a loaded LoRA adapter to generate with (None:
     the base model; docs/LORA.md); the request builder resolves it to the adapter's uid (name and
     content), which is also the request's prefix-cache namespace beside ``cache_salt``.
+
+    ``document_recompute`` (0 to 1; None: the server's ``--document-recompute``) is the share of
+    the tokens of a prompt's documents (``segments`` marked ``document``, radixserve/tokenizer.py)
+    recomputed when their cached KV is reused at another position; it changes nothing for a
+    prompt without documents.
     """
 
     max_new_tokens: int = 128
@@ -124,6 +129,7 @@ class SamplingParams:
     priority: int = 0
     cache_salt: Optional[str] = None
     lora_path: Optional[str] = None
+    document_recompute: Optional[float] = None
 
     @classmethod
     def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
@@ -217,6 +223,9 @@ class SamplingParams:
             bad("cache_salt", f"must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
         if self.lora_path is not None and not (isinstance(self.lora_path, str) and self.lora_path):
             bad("lora_path", "must be the name of a loaded adapter")
+        if self.document_recompute is not None and not (is_num(self.document_recompute)
+                                                        and 0.0 <= self.document_recompute <= 1.0):
+            bad("document_recompute", "must be a number in [0, 1] (None: the server's --document-recompute)")
         if self.structural_tag is not None:
             bad("structural_tag", "not supported by this server (use regex, json_schema, choices or ebnf)")
         if self.stop_token_ids is not None:

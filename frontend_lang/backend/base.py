@@ -18,11 +18,14 @@ TokenLogprob = tuple[Optional[float], int]  # (logprob or None for position 0, t
 class Backend(ABC):
     @abstractmethod
     def generate(self, text: str, sampling_params: dict[str, Any], options: dict[str, Any],
-                 on_text: Optional[Callable[[str], None]] = None) -> tuple[str, dict[str, Any]]:
+                 on_text: Optional[Callable[[str], None]] = None,
+                 documents: Optional[list[tuple[int, int]]] = None) -> tuple[str, dict[str, Any]]:
         """Generate a continuation of ``text``; returns (output text, meta_info) as /generate
         does.  ``options`` holds request-level fields (return_logprob, logprob_start_len,
         top_logprobs_num, return_text_in_logprobs, and lora_path: the LoRA adapter's name).
-        With ``on_text`` the call streams and calls it with the cumulative output text as it grows."""
+        With ``on_text`` the call streams and calls it with the cumulative output text as it grows.
+        ``documents``: the character ranges of ``text`` that are documents (``segments_of``); only
+        passed when there are some."""
 
     @abstractmethod
     def cache_prefix(self, text: Optional[str] = None, input_ids: Optional[list[int]] = None,
@@ -58,6 +61,21 @@ class Backend(ABC):
 
     def shutdown(self) -> None:
         """Release connections / threads; the backend is unusable afterwards."""
+
+
+def segments_of(text: str, documents: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """``text`` as /generate ``segments``: the sorted character ranges ``documents`` marked
+    ``"document": true``, the text around them plain (empty pieces left out)."""
+    out: list[dict[str, Any]] = []
+    at = 0
+    for start, end in documents:
+        if start > at:
+            out.append({"text": text[at:start]})
+        out.append({"text": text[start:end], "document": True})
+        at = end
+    if at < len(text):
+        out.append({"text": text[at:]})
+    return out
 
 
 def with_priority(sampling_params: dict[str, Any], priority: Optional[int]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
-from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, lora_kw, with_priority
+from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, lora_kw, segments_of, with_priority
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.errors import BackendError
 
@@ -28,9 +28,9 @@ class EngineBackend(Backend):
     def _run(self, prompt: Any, sampling_params: Any, input_ids: Any = None, return_logprob: bool = False,
              logprob_start_len: int = -1, top_logprobs_num: int = 0,
              on_text: Optional[Callable[[int, str], None]] = None,
-             lora_path: Optional[str] = None) -> list[dict[str, Any]]:
+             lora_path: Optional[str] = None, segments: Optional[list[dict[str, Any]]] = None) -> list[dict[str, Any]]:
         args = (prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num)
-        kw = lora_kw(lora_path)
+        kw = {**lora_kw(lora_path), **({} if segments is None else {"segments": segments})}
         try:
             if on_text is None:
                 outs = self.engine.generate(*args, **kw)
@@ -54,14 +54,17 @@ class EngineBackend(Backend):
         return outs
 
     def generate(self, text: str, sampling_params: dict[str, Any], options: dict[str, Any],
-                 on_text: Optional[Callable[[str], None]] = None) -> tuple[str, dict[str, Any]]:
+                 on_text: Optional[Callable[[str], None]] = None,
+                 documents: Optional[list[tuple[int, int]]] = None) -> tuple[str, dict[str, Any]]:
         opts = dict(options)
         with_text = opts.pop("return_text_in_logprobs", False)
         callback = None if on_text is None else (lambda _i, t: on_text(t))
-        out = self._run(text, dict(sampling_params), return_logprob=bool(opts.get("return_logprob", False)),
+        segments = segments_of(text, documents) if documents else None
+        out = self._run(None if segments else text, dict(sampling_params),
+                        return_logprob=bool(opts.get("return_logprob", False)),
                         logprob_start_len=opts.get("logprob_start_len", -1),
                         top_logprobs_num=opts.get("top_logprobs_num", 0), on_text=callback,
-                        lora_path=opts.get("lora_path"))[0]
+                        lora_path=opts.get("lora_path"), segments=segments)[0]
         meta = out["meta_info"]
         if with_text and "input_token_logprobs" in meta:
             self._add_token_text(meta)

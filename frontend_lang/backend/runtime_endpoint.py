@@ -3,7 +3,7 @@
     backend = RuntimeEndpoint("http://127.0.0.1:30000", api_key="sk-...")
 
 It uses POST /generate (SGLang's body, SSE when streaming; a LoRA adapter as its top-level
-``lora_path``), POST /tokenize and
+``lora_path``; a prompt with documents as ``segments``), POST /tokenize and
 GET /get_model_info (for the chat template).  Nothing is sent at construction; the first
 call that needs the server contacts it.  Every request has a timeout (``connect_timeout``
 to connect, ``timeout`` for the whole response); a server that cannot be reached, an HTTP
@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import httpx
 
-from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, lora_kw, with_priority
+from frontend_lang.backend.base import Backend, TokenLogprob, finish_error, lora_kw, segments_of, with_priority
 from frontend_lang.chat_template import ChatTemplate
 from frontend_lang.errors import BackendError
 
@@ -85,8 +85,10 @@ class RuntimeEndpoint(Backend):
 
     # ------------------------------------------------------------------ Backend
     def generate(self, text: str, sampling_params: dict[str, Any], options: dict[str, Any],
-                 on_text: Optional[Callable[[str], None]] = None) -> tuple[str, dict[str, Any]]:
-        body = {"text": text, "sampling_params": sampling_params, **options}
+                 on_text: Optional[Callable[[str], None]] = None,
+                 documents: Optional[list[tuple[int, int]]] = None) -> tuple[str, dict[str, Any]]:
+        prompt = {"segments": segments_of(text, documents)} if documents else {"text": text}
+        body = {**prompt, "sampling_params": sampling_params, **options}
         if on_text is not None:
             out = self._stream({**body, "stream": True}, on_text)
         else:

@@ -91,6 +91,10 @@ class ForwardBatch:
     # the sliding-window pool's slots of the new tokens and table (``KVPool.is_sliding`` layers)
     swa_out_cache_loc: Optional[torch.Tensor] = None
     swa_req_to_token: Optional[torch.Tensor] = None
+    # per request: its new tokens are a subset of its window at non-contiguous ``positions``
+    # (reused documents, ``worker/doc_kv.py``), each attending to the row's keys 0..its position;
+    # empty: none is (every request's tokens are its last ``extend_seq_lens``)
+    gapped_cpu: list[bool] = field(default_factory=list)
 
     def slots(self, sliding: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(the new tokens' slots, the request->slot table): the sliding-window pool's when

@@ -159,7 +159,7 @@ class CpuBackend(AttentionBackend):
         dense = self.dense if not capped else DenseRule(0, 0)  # flash attention has no soft-cap
         plan = build_plan(rows, req_rows, seq_lens, ext_lens, start_loc, heads_per_kv, self.kv_pool.num_kv_heads,
                           torch.get_num_threads(), MIN_SHARED_PREFIX, dense_min_rows=dense.shared_min_rows,
-                          dense_causal_min_rows=dense.causal_min_rows, window=window)
+                          dense_causal_min_rows=dense.causal_min_rows, window=window, gapped=batch.gapped_cpu)
         table = batch.slots(sliding)[1]
         plan.dense_slots = [table[row, ks:ke].long() for row, ks, ke, *_ in plan.dense]
         return plan

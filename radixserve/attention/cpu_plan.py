@@ -87,12 +87,15 @@ def shared_groups(rows: np.ndarray, seq_lens: np.ndarray, min_shared: int) -> li
 def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext_lens: np.ndarray,
                start_loc: np.ndarray, heads_per_kv: int, num_kv_heads: int, num_threads: int,
                min_shared: int = 32, max_rows: int = 128, dense_min_rows: int = 0,
-               dense_causal_min_rows: Optional[int] = None, window: Optional[int] = None) -> CpuAttnPlan:
+               dense_causal_min_rows: Optional[int] = None, window: Optional[int] = None,
+               gapped: Sequence[bool] = ()) -> CpuAttnPlan:
     """``rows [B, >= max(seq_lens)]``: each request's slots (for prefix detection only);
     ``req_rows [B]`` its row in req_to_token; ``start_loc``/``ext_lens``: its packed tokens;
     ``dense_min_rows``: see "Dense groups" (0: none); ``dense_causal_min_rows``: the same for
     a prompt's own causal block (default: ``dense_min_rows``); ``window``: the plan of a layer
-    with that sliding window (see "Sliding windows"; None: none)."""
+    with that sliding window (see "Sliding windows"; None: none); ``gapped[i]``: request i's
+    tokens are a subset of its window at their own positions (``ForwardBatch.gapped_cpu``):
+    no causal square block for it (the kernel masks each token by its position)."""
     causal_min = dense_min_rows if dense_causal_min_rows is None else dense_causal_min_rows
     # Python ints and ranges below, numpy only for the whole-array steps: numpy scalar arithmetic
     # costs ~0.1 us an operation, which made this function ~0.15 ms of a batch-64 decode step
@@ -117,7 +120,8 @@ def build_plan(rows: np.ndarray, req_rows: np.ndarray, seq_lens: np.ndarray, ext
     for i in range(bsz):
         if own_from[i] < seq[i]:
             toks = range(start[i], start[i] + ext[i])
-            square = own_from[i] == seq[i] - ext[i] and (window is None or ext[i] <= window)
+            square = own_from[i] == seq[i] - ext[i] and (window is None or ext[i] <= window) \
+                and not (gapped and gapped[i])
             if causal_min > 0 and square and ext[i] * heads_per_kv >= causal_min:
                 dense_blocks.append((req[i], own_from[i], seq[i], toks, True))
             else:

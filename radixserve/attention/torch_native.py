@@ -109,8 +109,12 @@ class TorchNativeBackend(AttentionBackend):
             max_q = int(ext.max())
             qa = torch.arange(max_q, device=dev)
             q_valid = qa.unsqueeze(0) < ext.unsqueeze(1)
-            q_pos = torch.where(q_valid, pre.unsqueeze(1) + qa.unsqueeze(0), -1)
             packed = start.unsqueeze(1) + qa.unsqueeze(0)
+            if batch.gapped_cpu:  # reused documents: the new tokens sit at their own positions
+                at = batch.positions.index_select(0, torch.where(q_valid, packed, 0).reshape(-1)).view(n, max_q)
+                q_pos = torch.where(q_valid, at, -1)
+            else:
+                q_pos = torch.where(q_valid, pre.unsqueeze(1) + qa.unsqueeze(0), -1)
             q_index = torch.where(q_valid, packed, torch.zeros_like(packed)).reshape(-1)
             src = torch.nonzero(q_valid.reshape(-1)).squeeze(1)
             b = _Bucket(n, max_q, q_index, src, q_index.index_select(0, src))

@@ -4,6 +4,7 @@
     out = eng.generate("The capital of France is", {"max_new_tokens": 16, "temperature": 0})
     for chunk in eng.generate_stream("Tell me a story", {"max_new_tokens": 64}):
         print(chunk["text"])
+    out = eng.generate(segments=[{"text": "Context:"}, {"text": doc, "document": True}, {"text": question}])
 
 Thread-safe: ``EngineDriver`` lets one thread at a time step the scheduler -- the thread that
 waits in ``generate`` / ``generate_stream`` (so a single-threaded caller steps on its own
@@ -95,32 +96,35 @@ class Engine:
     # ------------------------------------------------------------------ requests
     def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                       return_logprob: bool = False, logprob_start_len: int = -1,
-                      top_logprobs_num: int = 0, lora_path: Any = None) -> tuple[list[Req], bool]:
+                      top_logprobs_num: int = 0, lora_path: Any = None,
+                      segments: Any = None) -> tuple[list[Req], bool]:
         """Validated, clamped, n-expanded scheduler requests and whether the result is a list.
         ``lora_path``: a LoRA adapter's name for every prompt, or one per prompt (None: the base
-        model).  Raises ValueError naming the field."""
+        model).  ``segments``: the prompt as segments in place of ``prompt`` / ``input_ids``, as
+        /generate takes them (documents marked: radixserve/tokenizer.py).  Raises ValueError naming
+        the field."""
         p = split_prompts(prompt, input_ids, sampling_params, self.tokenizer.encode, allow_empty=True,
-                          lora_path=lora_path)
+                          lora_path=lora_path, segments=segments, encode_plain=self._encode_plain)
         msgs = self.builder.build(p.ids, p.params, p.names, None, return_logprob, logprob_start_len,
-                                  top_logprobs_num)
+                                  top_logprobs_num, doc_spans=p.spans)
         return [new_req(m) for m in msgs], p.batched or len(msgs) > 1
 
     def submit(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
                on_update: Optional[Callable[[OutputState], None]] = None,
-               lora_path: Any = None) -> tuple[Future, list[str], bool]:
+               lora_path: Any = None, segments: Any = None) -> tuple[Future, list[str], bool]:
         """Start a request group; returns (future of its result dicts, rids, batched).
         ``on_update`` runs on the thread that steps the scheduler (see ``EngineDriver``)."""
         reqs, batched = self.make_requests(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                           top_logprobs_num, lora_path)
+                                           top_logprobs_num, lora_path, segments)
         return self._driver.submit(reqs, on_update), [r.rid for r in reqs], batched
 
     def generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                  return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
-                 lora_path: Any = None):
+                 lora_path: Any = None, segments: Any = None):
         """Run to completion; returns one result dict, or a list for batched input / n > 1."""
         fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                         top_logprobs_num, lora_path=lora_path)
+                                         top_logprobs_num, lora_path=lora_path, segments=segments)
         try:
             self._driver.drive(fut.done)  # this thread steps the scheduler (see EngineDriver)
             outs = fut.result()
@@ -130,14 +134,15 @@ class Engine:
 
     def generate_stream(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                         return_logprob: bool = False, logprob_start_len: int = -1,
-                        top_logprobs_num: int = 0, lora_path: Any = None) -> Iterator[dict]:
+                        top_logprobs_num: int = 0, lora_path: Any = None, segments: Any = None) -> Iterator[dict]:
         """Yield result dicts with the cumulative ``text`` each time a request's visible text
         grows, and once when it finishes; ``index`` tells which request a chunk belongs to.
         The text never shrinks and never shows (the start of) a stop string.  Closing the
         iterator early aborts what is still running."""
         chunks: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         fut, rids, _ = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                   top_logprobs_num, on_update=lambda st: chunks.put(_chunk(st)), lora_path=lora_path)
+                                   top_logprobs_num, on_update=lambda st: chunks.put(_chunk(st)), lora_path=lora_path,
+                                   segments=segments)
         fut.add_done_callback(lambda _f: chunks.put(_END))
         try:
             while True:
@@ -151,10 +156,10 @@ class Engine:
 
     async def async_generate(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
                              return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
-                             lora_path: Any = None):
+                             lora_path: Any = None, segments: Any = None):
         """``generate`` for asyncio callers (does not block the event loop)."""
         fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                         top_logprobs_num, lora_path=lora_path)
+                                         top_logprobs_num, lora_path=lora_path, segments=segments)
         try:
             outs = await asyncio.wrap_future(fut)
         finally:  # a cancelled task cancels ``fut``
@@ -163,7 +168,8 @@ class Engine:
 
     async def async_generate_stream(self, prompt: Prompt = None, sampling_params: Params = None,
                                     input_ids: Any = None, return_logprob: bool = False, logprob_start_len: int = -1,
-                                    top_logprobs_num: int = 0, lora_path: Any = None) -> AsyncIterator[dict]:
+                                    top_logprobs_num: int = 0, lora_path: Any = None,
+                                    segments: Any = None) -> AsyncIterator[dict]:
         """``generate_stream`` for asyncio callers."""
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue = asyncio.Queue()
@@ -172,7 +178,8 @@ class Engine:
             loop.call_soon_threadsafe(chunks.put_nowait, item)
 
         fut, rids, _ = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
-                                   top_logprobs_num, on_update=lambda st: put(_chunk(st)), lora_path=lora_path)
+                                   top_logprobs_num, on_update=lambda st: put(_chunk(st)), lora_path=lora_path,
+                                   segments=segments)
         fut.add_done_callback(lambda _f: put(_END))
         try:
             while (item := await chunks.get()) is not _END:
@@ -180,6 +187,10 @@ class Engine:
             fut.result()
         finally:
             self._abort_unfinished(fut, rids, "stream closed")
+
+    def _encode_plain(self, text: str) -> list[int]:
+        """``text``'s own ids, without the tokenizer's special tokens (a segment's)."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def encode(self, prompt: Prompt = None, input_ids: Any = None, pooling: Optional[str] = None,
                normalize: bool = True) -> Union[dict, list[dict]]:

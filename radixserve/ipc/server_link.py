@@ -30,6 +30,9 @@ class TokenizedRequest:
     top_logprobs_num: int = 0
     pooling: Optional[str] = None  # an embedding request ("last" / "mean", prefill only); None: generate
     copy: int = 0  # which copy of its prompt (n > 1) this sequence is: the prompt is charged once
+    # the documents of the prompt (radixserve/tokenizer.py): (start, end) token ranges of ``input_ids``,
+    # sorted, non-overlapping and non-empty; None: no documents (exact prefix semantics throughout)
+    doc_spans: Optional[list[tuple[int, int]]] = None
 
 
 @dataclass
@@ -89,6 +92,9 @@ class ReqOutput:
     finish_reason: Optional[dict] = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    document_reused_tokens: int = 0  # document tokens whose KV was reused out of order (issue 46)
+    document_recomputed_tokens: int = 0  # document tokens recomputed to repair the reused KV
+    document_fallback: Optional[str] = None  # why the documents ran as exact prefill instead (None: they did not)
     completion_tokens: int = 0
     queue_time: Optional[float] = None  # seconds waited before the first admission (first message)
     spec_proposed: int = 0  # speculative decoding: proposed tokens verified so far (cumulative)

@@ -59,6 +59,14 @@ class StepReq:
     # and of ``prefix_slots`` (0: freed, never read); None without one
     swa_slots: Optional[np.ndarray] = None
     prefix_swa: Optional[np.ndarray] = None
+    # order-free document reuse (scheduler/documents.py): ``compute`` lists the indices into this
+    # window (``input_ids``/``slots``, positions ``start + i``) whose tokens the step computes
+    # (None: all); the others' KV is copied first from the document slots ``reuse_src`` into
+    # ``reuse_dst`` with the keys' rotary positions moved by ``reuse_shift`` (worker/doc_kv.py)
+    compute: Optional[np.ndarray] = None
+    reuse_src: Optional[np.ndarray] = None
+    reuse_dst: Optional[np.ndarray] = None
+    reuse_shift: Optional[np.ndarray] = None
 
 
 @dataclass
@@ -109,3 +117,5 @@ class WorkerInfo:
     swa_window: int = 0  # the longest sliding window it serves
     host_tier_slots: int = 0  # token slots of the hierarchical cache's host tier (0: off)
     lora: Any = None  # ipc.lora_link.LoRAWorkerInfo when LoRA adapters are served
+    # why reused documents cannot be placed at other positions here (None: they can; worker/doc_kv.py)
+    doc_reuse_refusal: Optional[str] = None

@@ -114,6 +114,9 @@ class HiRadixCache(TierEviction, RadixCache):
             node = child
         return path
 
+    def cached_len(self, key: list[int], salt: Optional[str] = None) -> int:
+        return sum(len(n.key) for n in self._walk(key, salt, split_lower=False))
+
     def prefetch(self, key: list[int], salt: Optional[str] = None) -> None:
         """Ask the worker to read ahead the blocks of ``key``'s match that only the disk tier
         holds (read-only walk: no split, no LRU stamp)."""

@@ -97,6 +97,10 @@ class PrefixCache(ABC):
     @abstractmethod
     def match_prefix(self, key: list[int], salt: Optional[str] = None) -> tuple[np.ndarray, TreeNode]: ...
 
+    def cached_len(self, key: list[int], salt: Optional[str] = None) -> int:
+        """How many leading tokens of ``key`` are cached, in any tier (stamps their LRU time)."""
+        return len(self.match_prefix(key, salt)[0])
+
     def fetch(self, key: list[int], salt: Optional[str] = None) -> int:
         """Bring the part of ``key``'s match that a lower tier holds into the pool (only the
         hierarchical cache has one); returns the tokens loaded."""

@@ -9,7 +9,9 @@ manager's decisions applied (``grammar_steps``) and speculation's verdicts folde
 (``spec_steps``); ``lora_admin`` (LoRA adapters loaded and unloaded on the worker between steps,
 and the ``max_loras_per_batch`` admission limit); ``pooling`` (embeddings), ``outputs``
 (``ReqOutput`` deltas), ``plan`` (each step's ``StepReq``s), ``cache_persist`` (warm restart),
-``build`` and the scheduler process (``process``).
+``build`` and the scheduler process (``process``); ``documents`` (order-free document reuse:
+the internal requests that compute documents alone, placement after the exact match, each
+step's window of computed and reused tokens).
 Must not touch: KV tensors, weights or logits (the worker's, reached only through ``ipc``
 messages -- ``StepPlan``s, and the warm-restart, tier and LoRA requests -- to an in-process
 ``ModelRunner`` or over ``worker.remote``); every method runs on the one thread that steps it.

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from radixserve.config import SchedulerConfig
 from radixserve.request import ReqStatus
+from radixserve.scheduler.documents import to_compute, window
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.policy import InBatchPrefixFilter, order_waiting
 from radixserve.scheduler.req import Req
@@ -45,15 +46,22 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
             break
         if active is not None and req.lora is not None and req.lora not in active and len(active) >= lora.max_loras:
             continue  # its adapter waits for a slot
+        if req.doc is not None and req.doc.pending:
+            continue  # its documents are being computed (scheduler/documents.py)
         match = kv.match_and_lock(req)
         if in_batch.should_defer(req.fill_ids, match.length, req.cache_salt):
             kv.unlock(match)
             continue
+        if req.doc is not None:
+            kv.place_documents(req, match.length)
         extend = req.fill_len - match.length
-        n = min(extend, chunk, token_budget)
+        c = min(to_compute(req, match.length), chunk, token_budget)  # tokens computed (reused ones are not)
+        n = window(req, match.length, c)
         future = req.remaining_new_tokens() * ratio + (extend - n)
         if not fits(n, future, reserve, kv.available(), bool(running) or bool(batch)) or not kv.sliding_fits(n):
             kv.unlock(match)
+            if req.doc is not None:
+                kv.drop_documents(req)
             break
         admitted = kv.admit(req, match, n)
         assert admitted, "admission checked kv.available()"
@@ -71,7 +79,7 @@ def admit_waiting(waiting: deque[Req], running: list[Req], kv: KVManager, cfg: S
         batch.append((req, n))
         in_batch.add(req.fill_ids, req.cache_salt)
         reserve += future
-        token_budget -= n
+        token_budget -= c
         if n < extend:
             return req
     return None

@@ -35,10 +35,12 @@ def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokeniz
                       make_speculator(cfg.scheduler.speculative_algorithm))
     if info.lora is not None:
         sched.lora.max_loras = info.lora.max_loras_per_batch
+    sched.doc_refusal = info.doc_reuse_refusal
     return sched
 
 
 def new_req(msg: TokenizedRequest) -> Req:
-    """The scheduler's ``Req`` for one validated sequence (its prompt list is copied)."""
+    """The scheduler's ``Req`` for one validated sequence (its prompt and document spans are copied)."""
+    spans = None if msg.doc_spans is None else [tuple(s) for s in msg.doc_spans]
     return Req(msg.rid, list(msg.input_ids), msg.sampling, msg.seed, msg.return_logprob, msg.logprob_start_len,
-               msg.top_logprobs_num, pooling=msg.pooling)
+               msg.top_logprobs_num, pooling=msg.pooling, doc_spans=spans)

@@ -37,6 +37,7 @@ from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.mem_cache.swa_reclaim import Window, reclaim_sliding, reclaimable, transfer_sliding
 from radixserve.mem_cache.swa_slots import SwaSlotAllocator, usable_prefix
 from radixserve.mem_cache.tree_node import TreeNode
+from radixserve.scheduler.documents import clear_placement, place
 from radixserve.scheduler.kv_views import KVViews
 from radixserve.scheduler.req import Req
 
@@ -241,30 +242,72 @@ class KVManager(KVViews):
         table, or None without a sliding pool."""
         return None if self._swa is None else self._swa.sliding_of(slots)
 
+    # ------------------------------------------------------------------ documents
+    def place_documents(self, req: Req, exact: int) -> None:
+        """Decide ``req``'s reused documents after its exact match of ``exact`` tokens
+        (``scheduler/documents.py``), locking the document nodes it reuses until ``release``
+        (or ``drop_documents``)."""
+        place(req, exact, self._lookup_document, self._cache.dec_lock_ref)
+
+    def _lookup_document(self, tokens: list[int], salt: str) -> Optional[tuple[np.ndarray, TreeNode]]:
+        if self._cache.tiered:
+            self._cache.fetch(tokens, salt)
+        slots, node = self._cache.match_prefix(tokens, salt)
+        if not len(slots):
+            return None
+        self._cache.inc_lock_ref(node)  # at once: the next look-up may evict (a tier fetch)
+        return slots, node
+
+    @property
+    def cache_kind(self) -> str:
+        """The prefix cache's kind: "radix", "hierarchical" or "none"."""
+        return self._cache.kind
+
+    def document_cached(self, tokens: list[int], salt: str) -> bool:
+        """Whether a document's KV is cached whole (in any tier).  Locks nothing."""
+        return self._cache.cached_len(tokens, salt) == len(tokens)
+
+    def drop_documents(self, req: Req) -> None:
+        """Forget ``req``'s placement and unlock its document nodes (admission did not go on)."""
+        for node in clear_placement(req):
+            self._cache.dec_lock_ref(node)
+
+    @staticmethod
+    def _cacheable(req: Req) -> int:
+        """How many leading tokens of ``req``'s row may enter the cache: all it computed, but
+        never KV placed from reused documents (approximate), nor what follows it."""
+        blend = req.doc.blend_from if req.doc is not None else None
+        return req.kv_len if blend is None else min(req.kv_len, blend)
+
     # ------------------------------------------------------------------ caching
     def cache_unfinished(self, req: Req) -> bool:
         """Hand the computed tokens to the cache and move the lock to where they end.
         Returns True when the row was rewritten (duplicates replaced by cached slots), in
         which case the worker's copy of the row must be resent."""
-        if req.kv_len <= req.cached_len:
+        upto = self._cacheable(req)
+        if upto <= req.cached_len:
             return False
         row = self._rows.table[req.row]
-        got = self._cache.cache_unfinished(req.fill_ids[: req.kv_len], row[: req.kv_len].astype(np.int64),
+        got = self._cache.cache_unfinished(req.fill_ids[:upto], row[:upto].astype(np.int64),
                                            req.cached_len, req.last_node, req.cache_salt)
         if got is None:
             return False
         if got.slots is not None:
-            row[: req.kv_len] = got.slots
-        req.last_node, req.cached_len = got.node, req.kv_len
+            row[:upto] = got.slots
+        req.last_node, req.cached_len = got.node, upto
         return got.slots is not None
 
     def release(self, req: Req) -> None:
         """A finished or retracted request gives up its row: its computed KV goes to the cache
-        (or back to the allocator) and its lock is dropped.  Slots allocated past ``kv_len``
+        (or back to the allocator) and its locks are dropped.  Slots allocated past ``kv_len``
         must have been computed or returned with ``free_tail`` first."""
         row = self._rows.table[req.row]
-        self._cache.cache_finished(req.fill_ids[: req.kv_len], row[: req.kv_len].astype(np.int64), req.cached_len, req.last_node,
+        upto = self._cacheable(req)
+        self._cache.cache_finished(req.fill_ids[:upto], row[:upto].astype(np.int64), req.cached_len, req.last_node,
                                    req.cache_salt)
+        if upto < req.kv_len:  # after a reused document: approximate KV, never cached
+            self._allocator.free(row[upto: req.kv_len].astype(np.int64))
+        self.drop_documents(req)
         self._rows.free(req.row)
         del self._live[req.row]
         req.row, req.last_node, req.kv_len, req.cached_len = None, None, 0, 0
@@ -274,7 +317,9 @@ class KVManager(KVViews):
     def held(self) -> list[tuple[np.ndarray, Optional[TreeNode]]]:
         """(slots held, locked node) of every request holding a row, for the invariants."""
         table = self._rows.table
-        return [(table[r][req.cached_len: req.kv_len].astype(np.int64), req.last_node) for r, req in self._live.items()]
+        out = [(table[r][req.cached_len: req.kv_len].astype(np.int64), req.last_node) for r, req in self._live.items()]
+        none = np.zeros(0, dtype=np.int64)
+        return out + [(none, node) for req in self._live.values() if req.doc is not None for node in req.doc.nodes]
 
     def check_invariants(self, held: Optional[Iterable[tuple[np.ndarray, Any]]] = None) -> None:
         """Raise AssertionError unless every slot is in exactly one state (``held``: the

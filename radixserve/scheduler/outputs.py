@@ -31,6 +31,8 @@ def take_output(req: Req, step_start: Optional[float]) -> Optional[ReqOutput]:
     out = ReqOutput(
         rid=req.rid, new_ids=list(new_ids), finish_reason=dict(req.finish_reason) if req.finish_reason else None,
         prompt_tokens=len(req.input_ids), cached_tokens=req.cached_tokens, completion_tokens=len(req.output_ids),
+        document_reused_tokens=req.doc_reused, document_recomputed_tokens=req.doc_recomputed,
+        document_fallback=req.doc_fallback,
         queue_time=queue_time, spec_proposed=req.spec_proposed, spec_accepted=req.spec_accepted,
         new_output_logprobs=list(req.output_logprobs[sent_lp:]),
         skip_special_tokens=req.sampling.skip_special_tokens, stop_strs=tuple(req.sampling.stop_strs),

@@ -6,6 +6,7 @@ from typing import Sequence
 import numpy as np
 
 from radixserve.ipc.worker_link import ReqInit, StepReq
+from radixserve.scheduler.documents import step_fields
 from radixserve.scheduler.pooling import pool_mode
 from radixserve.scheduler.req import Req
 
@@ -25,6 +26,10 @@ def make_step_req(req: Req, row: np.ndarray, n: int, eos_ids: tuple[int, ...],
                  row[start: start + len(ids)].astype(np.int64), sample, len(req.output_ids),
                  return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num, num_draft=len(draft),
                  draft_by_worker=drafts_in_worker and bool(draft))
+    if req.doc is not None:  # reused documents in this window: what to copy, what to compute
+        fields = step_fields(req, start, sr.slots)
+        if fields is not None:
+            sr.compute, sr.reuse_src, sr.reuse_dst, sr.reuse_shift = fields
     if req.pooling is not None:
         sr.pool = pool_mode(req, start, n)
     if not req.on_worker or req.resync:
@@ -42,7 +47,8 @@ def make_step_req(req: Req, row: np.ndarray, n: int, eos_ids: tuple[int, ...],
         lo = max(start, first_row)
         if lo < start + n:
             fill = req.fill_ids
-            sr.logprob_from = lo - start
+            # rows of the computed tokens; with reused documents all those from ``lo`` on are computed
+            sr.logprob_from = lo - start if sr.compute is None else len(sr.compute) - (start + n - lo)
             sr.logprob_targets = np.asarray(
                 [fill[p + 1] if p + 1 < len(req.input_ids) else -1 for p in range(lo, start + n)], dtype=np.int64)
     return sr

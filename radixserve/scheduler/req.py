@@ -59,6 +59,14 @@ class Req:
     pooling: Optional[str] = None  # an embedding request: "last" / "mean" (scheduler/pooling.py)
     pooled: Any = None  # its pooled hidden state so far (float32 numpy)
     sent_input_lps: int = -1  # prompt logprobs sent (with the first output), -1 before
+    # order-free document reuse (scheduler/documents.py): the prompt's document spans (start, end),
+    # what was reused / recomputed of them, and why they ran as exact prefill instead (None: they did not)
+    doc_spans: Optional[list[tuple[int, int]]] = None
+    doc_reused: int = 0
+    doc_recomputed: int = 0
+    doc_fallback: Optional[str] = None
+    doc: Any = None  # the placement state (scheduler/documents.py), None when nothing is placed
+    internal: bool = False  # computes a document for other requests: no output, no hooks
 
     @property
     def fill_ids(self) -> list[int]:

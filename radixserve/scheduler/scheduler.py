@@ -22,6 +22,7 @@ from radixserve.constrained.manager import GrammarManager, has_constraint
 from radixserve.ipc.worker_link import StepPlan, StepReq, StepResult
 from radixserve.request import FinishReason, ReqStatus
 from radixserve.scheduler.admission import admit_waiting
+from radixserve.scheduler.documents import DocumentRequests, to_compute, window
 from radixserve.scheduler.lora_admin import LoRAAdmin
 from radixserve.scheduler.grammar_steps import after_grammar_token
 from radixserve.scheduler.kv_manager import KVManager
@@ -68,6 +69,10 @@ class Scheduler:
         self._mixed: set[int] = set()  # ids of the decode rows in the step being planned (enable_mixed_chunk)
         self.clock: Callable[[], float] = time.perf_counter  # arrival times and the wait bound (tests fake it)
         self.lora = LoRAAdmin(worker, 0)  # build_scheduler sets the slots when LoRA is on
+        # order-free document reuse (scheduler/documents.py): why this worker cannot place documents
+        # (build_scheduler sets it from WorkerInfo), and the internal requests computing documents
+        self.doc_refusal: Optional[str] = None
+        self.documents = DocumentRequests()
 
     # ------------------------------------------------------------------ requests
     def add_request(self, req: Req) -> None:
@@ -78,6 +83,11 @@ class Scheduler:
             raise OverflowError("the waiting queue is full")
         if req.arrival is None:
             req.arrival = self.clock()
+        if req.doc_spans:
+            for doc in self.documents.add(req, self.kv, self.cfg.document_recompute, self.doc_refusal):
+                doc.arrival = req.arrival
+                self.kv.prefetch(doc)
+                self.waiting.appendleft(doc)  # documents first: their requests wait for them
         self.kv.prefetch(req)  # the hierarchical cache starts reading its disk blocks while it waits
         if has_constraint(req.sampling):
             self.grammars.add(req)  # joins the queue once its grammar is compiled
@@ -126,10 +136,11 @@ class Scheduler:
                 self.grammars.wait(0.05)  # nothing else to run: sleep until a compilation ends
             return touched
         result = self.worker.step(plan)
-        self.forward_tokens += sum(len(r.input_ids) for r in plan.reqs)
+        self.forward_tokens += sum(len(r.input_ids) if r.compute is None else len(r.compute) for r in plan.reqs)
         self.forward_steps += 1
         verify = any(r.num_draft for r in plan.reqs)  # decode-ready tokens only: nothing to cache yet
-        return touched + self._process(plan, batch, result, cache=not forced and not verify)
+        touched += self._process(plan, batch, result, cache=not forced and not verify)
+        return [r for r in touched if not r.internal] if self.documents.used else touched
 
     def lora_users(self, uid: str) -> int:
         """Requests queued or running with LoRA adapter ``uid``."""
@@ -162,13 +173,14 @@ class Scheduler:
         batch: list[tuple[Req, int]] = []
         if self.chunked is not None:
             req = self.chunked
-            n = min(req.fill_len - req.kv_len, chunk, token_budget)
+            c = min(to_compute(req, req.kv_len), chunk, token_budget)  # tokens computed (reused ones are not)
+            n = window(req, req.kv_len, c)
             if not kv.alloc_extend([(req, n)]):
                 if not any(r.kv_len == r.fill_len - 1 for r in self.running):
                     self._retract(req)  # nothing can decode to free memory: start it over
                 return None, None
             batch.append((req, n))
-            token_budget -= n
+            token_budget -= c
             if req.kv_len + n == req.fill_len:
                 self.chunked = None
         if self.chunked is None and self.waiting and len(self.running) < cfg.max_running_requests:
@@ -318,6 +330,8 @@ class Scheduler:
 
     def _finish(self, req: Req) -> None:
         req.status = ReqStatus.FINISHED
+        if self.documents.used and self.documents.finished(req):
+            return  # an internal document request: nobody waits for its output
         for hook in self.hooks:
             hook(req)
 

@@ -5,7 +5,10 @@ POST /generate returns {text, output_ids, meta_info} (a list for batched input o
 or, with ``stream``, SSE chunks ``data: {...}`` with cumulative text and an ``index``,
 ending ``data: [DONE]``.  Errors before the first chunk are HTTP errors; a failure after
 it arrives as a ``data: {"error": ...}`` chunk.  ``lora_path`` (SGLang's) names a loaded LoRA
-adapter for every prompt, or gives one name (or null: the base model) per prompt.
+adapter for every prompt, or gives one name (or null: the base model) per prompt.  ``segments``
+(radixserve's) gives the prompt as segments in place of ``text`` / ``input_ids``, marking documents
+that may be reused out of order (radixserve/tokenizer.py); ``meta_info`` then counts
+``document_reused_tokens`` and ``document_recomputed_tokens``.
 """
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput) -> Prompts:
     params = [p.to_dict() for p in sp] if isinstance(sp, list) else sp.to_dict() if sp is not None else None
     try:
         return split_prompts(obj.text, obj.input_ids, params, ctx.tm.encode, obj.rid, obj.priority, obj.cache_salt,
-                             lora_path=obj.lora_path)
+                             lora_path=obj.lora_path, segments=obj.segments, encode_plain=ctx.tm.encode_plain)
     except ValueError as e:
         raise RequestError(400, str(e)) from None
 
@@ -87,7 +90,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         obj = await parse_body(request, GenerateReqInput)
         p = native_inputs(ctx, obj)
         reqs = tm.build(p.ids, p.params, p.names, p.rids, obj.return_logprob, obj.logprob_start_len,
-                        obj.top_logprobs_num)
+                        obj.top_logprobs_num, doc_spans=p.spans)
         states = tm.submit(reqs)
         text_fn = tm.token_text if obj.return_text_in_logprobs else None
         if obj.stream:

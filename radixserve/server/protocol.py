@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, create_model, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationInfo, create_model,
+                      field_validator)
 from pydantic_core import PydanticCustomError
 
 from radixserve.sampling_params import SamplingParams
@@ -81,10 +82,27 @@ IGNORED: tuple[str, ...] = (
 )
 
 
+class SegmentIn(BaseModel):
+    """One segment of ``segments`` (radixserve/tokenizer.py): exactly one of ``text`` and
+    ``input_ids``; ``document`` marks it as a document, reusable out of order.  The OpenAPI
+    document's shape: the segments are checked by ``radixserve.tokenizer`` (one check for the
+    server and the Engine, errors naming ``segments.i.key``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: Optional[StrictStr] = None
+    input_ids: Optional[list[StrictInt]] = None
+    document: StrictBool = False
+
+
+SegmentsIn = Union[list[SegmentIn], list[list[SegmentIn]], None]
+
+
 class _GenerateBase(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid")
     text: Union[str, list[str], None] = None
     input_ids: Union[list[int], list[list[int]], None] = None
+    # radixserve's (issue 46): the prompt as segments, some marked as documents; or a list of such lists
+    segments: SegmentsIn = None
     sampling_params: Union[SamplingParamsIn, list[SamplingParamsIn], None] = None
     rid: Union[str, list[str], None] = None
     stream: bool = False
@@ -102,6 +120,12 @@ class _GenerateBase(BaseModel):
     def _refuse(cls, value: Any, info: ValidationInfo) -> Any:
         if not _unset(value):
             raise PydanticCustomError("unsupported", UNSUPPORTED_WHEN_SET[info.field_name])
+        return value
+
+    @field_validator("segments", mode="plain", json_schema_input_type=SegmentsIn)
+    @classmethod
+    def _raw_segments(cls, value: Any) -> Any:
+        """Passed on as sent: ``split_prompts`` checks them (radixserve/tokenizer.py)."""
         return value
 
     @field_validator("return_logprob", "logprob_start_len", "top_logprobs_num")
@@ -215,6 +239,7 @@ class CompletionRequest(_OpenAIBase):
 class ContentPart(BaseModel):
     type: str
     text: Optional[str] = None
+    document: StrictBool = False  # radixserve's: a text part that is a document, reusable out of order
 
 
 class ChatMessage(BaseModel):
@@ -224,10 +249,15 @@ class ChatMessage(BaseModel):
     tool_calls: Optional[list[ToolCall]] = None  # assistant messages
     tool_call_id: Optional[str] = None  # tool messages
 
-    def text(self) -> str:
+    def text(self, mark: Optional[Callable[[str], str]] = None) -> str:
+        """The text parts joined; with ``mark``, a document part is ``mark(its text)`` instead."""
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        return "".join(p.text or "" for p in self.content if p.type == "text")
+        return "".join(mark(p.text or "") if mark is not None and p.document else p.text or ""
+                       for p in self.content if p.type == "text")
+
+    def has_documents(self) -> bool:
+        return isinstance(self.content, list) and any(p.document for p in self.content)
 
 
 class ChatCompletionRequest(_OpenAIBase):

@@ -63,6 +63,10 @@ class TokenizerManager:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
+    def encode_plain(self, text: str) -> list[int]:
+        """``text``'s own ids, without the tokenizer's special tokens (a segment's: radixserve/tokenizer.py)."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     async def chat_template_info(self) -> dict[str, Any]:
         """The chat template and special-token strings, as transformers loads them, for clients
         that render chat roles themselves (e.g. frontend_lang); None values if unavailable."""
@@ -91,13 +95,13 @@ class TokenizerManager:
 
     def build(self, prompts: list[list[int]], params: list[dict], names: list[str], rids: Optional[list[str]],
               return_logprob: bool = False, logprob_start_len: int = -1,
-              top_logprobs_num: int = 0) -> list[TokenizedRequest]:
+              top_logprobs_num: int = 0, doc_spans: Optional[list] = None) -> list[TokenizedRequest]:
         """Validate, clamp and expand prompts (each with its sampling-param dict) into sequences
-        through the shared ``RequestBuilder``; copy j of an n > 1 prompt gets seed + j.
-        Raises RequestError(400) naming the field."""
+        through the shared ``RequestBuilder``; copy j of an n > 1 prompt gets seed + j; ``doc_spans``:
+        each prompt's document spans (None: no documents).  Raises RequestError(400) naming the field."""
         try:
             return self.builder.build(prompts, params, names, rids, return_logprob, logprob_start_len,
-                                      top_logprobs_num, in_use=self.states.__contains__)
+                                      top_logprobs_num, in_use=self.states.__contains__, doc_spans=doc_spans)
         except (ValueError, TypeError) as e:
             raise RequestError(400, str(e)) from None
 

@@ -5,7 +5,8 @@ the runner's ``KVSetup`` -- the ``KVPool`` in its form, its own request->token t
 attention backend over them; ``build_tier_store`` / ``build_prefix_store`` for the tiers and warm
 restart), ``kv_sizing`` (``kv_layout``: the pool's slots, and a sliding-window model's second
 pool), ``sampler.Sampler`` (batched logits processing and sampling), ``pooling``
-(embeddings), ``build`` (``build_worker``: the runner from an ``EngineConfig``), ``process``
+(embeddings), ``doc_kv`` (a reused document's KV copied into a request's slots with its keys
+moved to their new positions), ``build`` (``build_worker``: the runner from an ``EngineConfig``), ``process``
 (the worker process) and ``remote.RemoteWorker`` (the scheduler's handle on that process).
 Subpackages: ``tuning`` (choices by timing and accuracy), ``tp`` (tensor-parallel ranks), ``pp``
 (pipeline-parallel stages and micro-batches), ``spec`` (draft model, verification), ``persist``

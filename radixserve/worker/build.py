@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Optional
 
 from radixserve.config import EngineConfig
 from radixserve.ipc.worker_link import WorkerInfo
@@ -96,5 +96,22 @@ def build_worker(cfg: EngineConfig, show_progress: bool = True, tp: Any = None) 
                       kv_bytes_per_slot=pool.slot_bytes, swa_slots=pool.num_swa_slots,
                       swa_window=runner.kv_layout.window if pool.hybrid else 0,
                       host_tier_slots=runner.kv.host_tier_slots(cfg.cache),
-                      lora=runner.lora.info if runner.lora is not None else None)
+                      lora=runner.lora.info if runner.lora is not None else None,
+                      doc_reuse_refusal=doc_reuse_refusal(runner))
     return runner, info
+
+
+def doc_reuse_refusal(runner: Any) -> Optional[str]:
+    """Why this worker cannot place reused documents at other positions (None: it can)."""
+    from radixserve.worker.doc_kv import refusal
+
+    model = getattr(runner, "model", None)
+    if model is None or not hasattr(model, "layer_rotary"):
+        return "this runner (no per-layer rotary embedding to move the keys with)"
+    rotaries = []
+    for i in range(runner.kv_pool.num_layers):
+        try:
+            rotaries.append(model.layer_rotary(i))
+        except (AttributeError, IndexError):
+            rotaries.append(None)
+    return refusal(runner.kv_pool, rotaries, runner.backend.name)

@@ -21,7 +21,7 @@ import torch
 
 from radixserve.attention.base import ForwardBatch, ForwardMode
 from radixserve.config import CacheConfig, ModelConfig, SchedulerConfig
-from radixserve.ipc.worker_link import StepOutput, StepPlan, StepResult, TokenLogprob
+from radixserve.ipc.worker_link import StepOutput, StepPlan, StepReq, StepResult, TokenLogprob
 from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
@@ -108,8 +108,13 @@ class ModelRunner:
         dev = self.device
         table = self.req_to_token.table
         ids, pos, locs, rows, starts, lens = [], [], [], [], [], []
+        seqs: list[int] = []
+        placed = [r for r in plan.reqs if r.compute is not None]
+        if placed:  # reused documents: their KV first, then the step computes the rest of each window
+            self._place_documents(placed)
         for r in plan.reqs:
             n = len(r.input_ids)
+            seqs.append(r.start + n)
             if r.prefix_slots is not None and r.start:
                 table[r.row, : r.start] = torch.from_numpy(r.prefix_slots.astype(np.int32))
                 if self.swa_table is not None:
@@ -118,10 +123,17 @@ class ModelRunner:
                 i = r.init
                 self.states[r.rid] = make_state(i.sampling, i.seed, i.eos_ids, self.vocab_size,
                                                 i.penalty_prompt_ids, i.penalty_output_ids, dev)
+            rows.append(r.row)
+            if r.compute is not None:
+                ids.append(r.input_ids[r.compute])
+                pos.append(r.start + r.compute)
+                locs.append(r.slots[r.compute])
+                starts.append(r.start + n - len(r.compute))
+                lens.append(len(r.compute))
+                continue
             ids.append(r.input_ids)
             pos.append(np.arange(r.start, r.start + n))
             locs.append(r.slots)
-            rows.append(r.row)
             starts.append(r.start)
             lens.append(n)
         locs_np = np.concatenate(locs).astype(np.int64)
@@ -148,16 +160,17 @@ class ModelRunner:
             positions=pos_t.to(dev),
             out_cache_loc=locs_t.to(dev),
             req_pool_indices=rows_t.to(dev),
-            seq_lens=(starts_t + lens_t).to(dev),
+            seq_lens=torch.tensor(seqs, dtype=torch.int64).to(dev),
             extend_prefix_lens=starts_t.to(dev),
             extend_seq_lens=lens_t.to(dev),
             extend_start_loc=start_loc.to(dev),
             req_to_token=table,
-            seq_lens_cpu=[s + n for s, n in zip(starts, lens)],
+            seq_lens_cpu=seqs,
             extend_prefix_lens_cpu=starts,
             extend_seq_lens_cpu=lens,
             swa_out_cache_loc=swa_locs,
             swa_req_to_token=self.swa_table,
+            gapped_cpu=[r.compute is not None for r in plan.reqs] if placed else [],
         )
         # rows that go through the LM head: prompt-logprob rows, then each sampled last row
         logit_rows: list[int] = []
@@ -196,6 +209,21 @@ class ModelRunner:
         self._prompt_logprobs(plan, logits, spans, outputs)
         self._sample(plan, logits, spans, outputs)
         return StepResult(outputs)
+
+    def _place_documents(self, reqs: list[StepReq]) -> None:
+        """Write each window's slots into the table and copy the reused documents' KV into them."""
+        from radixserve.worker.doc_kv import place_documents
+
+        table = self.req_to_token.table
+        for r in reqs:
+            table[r.row, r.start: r.start + len(r.slots)] = torch.from_numpy(r.slots.astype(np.int32))
+        moves = [r for r in reqs if r.reuse_src is not None and len(r.reuse_src)]
+        if not moves:
+            return
+        cat = lambda name: torch.from_numpy(np.concatenate([getattr(r, name) for r in moves]).astype(np.int64))  # noqa: E731
+        rotaries = [self.model.layer_rotary(i) for i in range(self.kv_pool.num_layers)]
+        place_documents(self.kv_pool, rotaries, cat("reuse_src").to(self.device), cat("reuse_dst").to(self.device),
+                        cat("reuse_shift").to(self.device))
 
     def _prompt_logprobs(self, plan: StepPlan, logits: torch.Tensor, spans, outputs) -> None:
         for r, (a, b), out in zip(plan.reqs, spans, outputs):

@@ -96,6 +96,10 @@ class RotaryEmbedding(nn.Module):
             inv_long, _ = _frequencies(config, head_dim, params, layer_type, seq_len=orig + 1)
             freqs[orig:] = torch.outer(t[orig:], inv_long)
         emb = torch.cat([freqs, freqs], dim=-1)
+        # a key rotated at p moves to p + s by a rotation of s * inv_freq (worker/doc_kv.py), unless
+        # the frequencies depend on the position (longrope's long factors past the original length)
+        self.inv_freq = inv
+        self.shift_invariant = not (kind == "longrope" and max_positions > orig)
         self.fused = ops.fused_rope_store  # rope_store_kv is one native pass
         self.register_buffer("cos", emb.cos() * scale, persistent=False)
         self.register_buffer("sin", emb.sin() * scale, persistent=False)

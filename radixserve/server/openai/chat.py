@@ -9,7 +9,8 @@ rendering).  ``tools``/``tool_choice``/``parallel_tool_calls`` make a ``ToolPlan
 before the first call, or null) and ``finish_reason: "tool_calls"``; streamed, the calls
 come as ``delta.tool_calls`` entries (radixserve/tools/stream.py), and in ``auto`` mode text that may
 still become a call marker is held back.  Errors name the field (``tools.0.function.
-parameters: ...``, ``tool_choice: ...``, ``messages.2.tool_call_id: ...``).
+parameters: ...``, ``tool_choice: ...``, ``messages.2.tool_call_id: ...``).  A text content part
+with ``"document": true`` is a document, reusable out of order (chat_encoder.py, radixserve/tokenizer.py).
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from typing import Any, Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from radixserve.tokenizer import Spans
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
 from radixserve.server.lora_routes import apply_model_adapter
+from radixserve.server.openai.chat_encoder import DocumentMarks
 from radixserve.server.openai.routes import ChunkStream, _openai_names, finish_str, sampling_dict, usage
 from radixserve.server.openapi_doc import body_doc
 from radixserve.server.protocol import ChatCompletionRequest
@@ -31,12 +34,17 @@ from radixserve.tools.spec import ToolPlan, plan_tools, tool_schema_for_check
 from radixserve.tools.stream import ToolCallStream, finish_reason
 
 
-def message_dicts(req: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """The request's messages as chat-template dicts; RequestError(400) naming the field."""
+def message_dicts(req: ChatCompletionRequest, marks: Optional[DocumentMarks] = None) -> list[dict[str, Any]]:
+    """The request's messages as chat-template dicts, document parts replaced by ``marks``'
+    sentinels (when given); RequestError(400) naming the field."""
     out: list[dict[str, Any]] = []
     call_names: dict[str, str] = {}
     for i, m in enumerate(req.messages):
-        d: dict[str, Any] = {"role": m.role, "content": m.text()}
+        if isinstance(m.content, list):
+            for j, p in enumerate(m.content):
+                if p.document and p.type != "text":
+                    raise RequestError(400, f"messages.{i}.content.{j}.document: only a text part can be a document")
+        d: dict[str, Any] = {"role": m.role, "content": m.text(None if marks is None else marks.mark)}
         if m.tool_calls:
             if m.role != "assistant":
                 raise RequestError(400, f"messages.{i}.tool_calls: only assistant messages carry tool calls")
@@ -58,12 +66,14 @@ def chat_router(ctx: Any) -> APIRouter:
     tm = ctx.tm
     router = APIRouter()
 
-    def build(ids: list[int], params: dict, rid: Optional[str], top: Optional[int]) -> list:
-        return tm.build([ids], [params], ["messages"], None if rid is None else [rid], top is not None, -1, top or 0)
+    def build(ids: list[int], params: dict, rid: Optional[str], top: Optional[int], spans: Optional[Spans]) -> list:
+        return tm.build([ids], [params], ["messages"], None if rid is None else [rid], top is not None, -1, top or 0,
+                        doc_spans=None if spans is None else [spans])
 
-    def submit(req: ChatCompletionRequest, plan: ToolPlan, ids: list[int], params: dict, top: Optional[int]):
+    def submit(req: ChatCompletionRequest, plan: ToolPlan, ids: list[int], params: dict, top: Optional[int],
+               spans: Optional[Spans] = None):
         try:
-            return tm.submit(build(ids, params, req.rid, top))
+            return tm.submit(build(ids, params, req.rid, top, spans))
         except RequestError as e:
             if plan.schema is None or "json_schema" not in e.message:
                 raise _openai_names(e) from None
@@ -71,7 +81,7 @@ def chat_router(ctx: Any) -> APIRouter:
             if plan.mode == "named" and tool.function.name != req.tool_choice.function.name:
                 continue
             try:
-                build(ids, {**params, "json_schema": tool_schema_for_check(req.tools, i)}, None, None)
+                build(ids, {**params, "json_schema": tool_schema_for_check(req.tools, i)}, None, None, spans)
             except RequestError as e:
                 reason = e.message.split("json_schema: ", 1)[-1]
                 raise RequestError(400, f"tools.{i}.function.parameters: {reason}") from None
@@ -145,7 +155,12 @@ def chat_router(ctx: Any) -> APIRouter:
             plan = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
         except ValueError as e:
             raise RequestError(400, str(e)) from None
-        ids = await tm.chat.encode(message_dicts(req), plan.tools)
+        spans = None
+        if any(m.has_documents() for m in req.messages):  # documents: rendered around sentinels (chat_encoder.py)
+            marks = DocumentMarks()
+            ids, spans = await tm.chat.encode_documents(message_dicts(req, marks), plan.tools, marks)
+        else:
+            ids = await tm.chat.encode(message_dicts(req), plan.tools)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         if max_tokens is not None and max_tokens < 0:  # named as sent (the builder would say max_tokens)
             field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -167,7 +182,7 @@ def chat_router(ctx: Any) -> APIRouter:
                 stop = params.get("stop") or []
                 params["stop"] = [*([stop] if isinstance(stop, str) else stop), HermesParser.close]
         top = (req.top_logprobs or 0) if req.logprobs else None
-        states = submit(req, plan, ids, params, top)
+        states = submit(req, plan, ids, params, top, spans)
         return await respond(req, states, request, top, parser)
 
     return router

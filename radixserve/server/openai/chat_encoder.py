@@ -6,17 +6,50 @@ once the server is up; the first chat request waits for it if it is not ready ye
 rendered text is tokenized with the server's own (light) tokenizer, whose ids are the same.
 Tools and tool messages: the template's own format when it has one, else the Hermes default
 (radixserve/tools/prompt.py).
+
+Documents (a text part with ``"document": true``, issue 46): the template renders a unique
+sentinel string in place of each document (``DocumentMarks``), the rendered prompt is split on
+the sentinels, and the pieces are tokenized as segments (radixserve/tokenizer.py), so that a
+document's tokens are exactly its own text's.  Messages without documents take the plain path.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import threading
+import uuid
 from typing import Any, Optional
 
+from radixserve.tokenizer import Segment, Spans, encode_segments
 from radixserve.server.req_state import RequestError
 from radixserve.tools.parsers import detect_format
 from radixserve.tools.prompt import hermes_messages, hf_messages
+
+
+class DocumentMarks:
+    """Sentinel strings that stand in for a request's document parts while its chat template
+    renders (``mark``), and the split of the rendered prompt back into segments (``segments``)."""
+
+    def __init__(self) -> None:
+        self.tag = f"<|radixserve-document-{uuid.uuid4().hex}-"
+        self.docs: list[str] = []
+
+    def mark(self, text: str) -> str:
+        """The sentinel standing in for the document ``text``."""
+        self.docs.append(text)
+        return f"{self.tag}{len(self.docs) - 1}|>"
+
+    def segments(self, rendered: str) -> list[Segment]:
+        """``rendered`` as text and document segments; RequestError(400) naming ``messages`` when the
+        template did not keep every sentinel exactly once."""
+        parts = re.split(re.escape(self.tag) + r"(\d+)\|>", rendered)
+        found = sorted(int(i) for i in parts[1::2])
+        if found != list(range(len(self.docs))):
+            raise RequestError(400, "messages: the chat template did not keep each document part exactly once "
+                                    "(give the documents as content parts the template renders verbatim)")
+        return [Segment(text=self.docs[int(p)], document=True) if k % 2 else Segment(text=p)
+                for k, p in enumerate(parts)]
 
 
 class ChatEncoder:
@@ -59,6 +92,21 @@ class ChatEncoder:
         with ``tools`` (OpenAI tool dicts) rendered in the template's own way when it has one,
         else as radixserve/tools/prompt.py's Hermes default; RequestError(400) naming ``messages`` when the
         template refuses them."""
+        return self.tokenizer.encode(await self.render(messages, tools), add_special_tokens=False)
+
+    async def encode_documents(self, messages: list[dict], tools: Optional[list[dict]],
+                               marks: DocumentMarks) -> tuple[list[int], Optional[Spans]]:
+        """``encode`` for messages whose document parts are ``marks``' sentinels: the ids and the
+        documents' spans (None when every document is empty)."""
+        segments = marks.segments(await self.render(messages, tools))
+
+        def plain(text: str) -> list[int]:
+            return self.tokenizer.encode(text, add_special_tokens=False)
+
+        return encode_segments(segments, plain, plain)
+
+    async def render(self, messages: list[dict], tools: Optional[list[dict]] = None) -> str:
+        """The prompt text of ``messages`` (see ``encode``)."""
         tok = await self._tokenizer()
         kw: dict[str, Any] = {}
         with_tools = bool(tools) or any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
@@ -72,4 +120,4 @@ class ChatEncoder:
             text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
         except Exception as e:
             raise RequestError(400, f"messages: cannot apply the model's chat template ({e})") from None
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return text
