@@ -168,14 +168,6 @@ def to_compute(req: Req, start: int) -> int:
     return len(st.computed) - int(np.searchsorted(st.computed, start))
 
 
-def computed_in(req: Req, start: int, n: int) -> int:
-    """How many of the ``n`` row tokens from ``start`` a step computes."""
-    st: Optional[DocState] = req.doc
-    if st is None or st.computed is None:
-        return n
-    return int(np.searchsorted(st.computed, start + n) - np.searchsorted(st.computed, start))
-
-
 def step_fields(req: Req, start: int, slots: np.ndarray) -> Optional[tuple[np.ndarray, ...]]:
     """(compute, reuse_src, reuse_dst, reuse_shift) of the window at ``start`` (``slots``: its row
     slots), or None when the window computes every token."""
