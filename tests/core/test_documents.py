@@ -115,7 +115,7 @@ def test_share_one_is_a_full_prefill_and_unmarked_requests_are_unchanged(tiny_di
                        sampling_params={**GREEDY, "document_recompute": 1.0}, return_logprob=True)
     plain = eng.generate(input_ids=SYS + A + B + Q, sampling_params=GREEDY, return_logprob=True)
     eng.check_invariants()
-    assert plain["output_ids"] == want["output_ids"] and lps(plain) == lps(want)
+    assert_same(plain, want)  # (it hits SYS in the cache: another attention plan, so a tolerance)
     assert got["meta_info"]["document_reused_tokens"] == 0
     assert "document_fallback" not in plain["meta_info"]
     eng.shutdown()
