@@ -1,25 +1,28 @@
-"""``EngineDriver``: steps a ``Scheduler`` for many threads, one thread at a time.
+"""``EngineDriver``: one thread of its own builds the model and steps a ``Scheduler``, for every
+thread that submits.
 
 Other threads ``submit`` groups of requests (built by ``request_builder`` + ``new_req``) and
-get a ``Future`` of their native result dicts.  Whoever steps the scheduler drains the inbox,
-adds the requests, steps while there is work, and turns progress into output exactly as the
-server does: ``take_output`` (token deltas) -> ``DetokState`` (the detokenizer process's
-incremental, stop-string-safe text) -> ``OutputState`` (the shared native-response builder).
+get a ``Future`` of their native result dicts.  The driver's thread drains the inbox, adds the
+requests, steps while there is work, and turns progress into output exactly as the server
+does: ``take_output`` (token deltas) -> ``DetokState`` (the detokenizer process's incremental,
+stop-string-safe text) -> ``OutputState`` (the shared native-response builder).
 
-Who steps: a thread blocked on a result (``drive(done)``, used by ``Engine.generate`` and
-``generate_stream``) steps the scheduler itself, for every pending request, until its own
-result is there; other such threads wait for the step lock meanwhile.  With no such thread,
-a background thread steps (futures for asyncio callers, aborts, ``call``).  Stepping in the
-caller's thread matters on CPUs: measured on the 2-core Xeon here, the same generate ran
-~27% slower when a second thread stepped the scheduler than when the main thread did
-(torch's OpenMP parallel regions; ``docs/ARCHITECTURE.md``).
+Why one thread does all the torch work (the model's construction, passed in as ``build``, and
+every step): torch's CPU ops run in OpenMP parallel regions, and OpenMP gives each thread that
+starts one a thread team of its own, and teams on the same cores wait for each other.  When the
+calling thread stepped the model (the design before), a call from a new thread each time (as
+``frontend_lang``'s programs make them) took 437 to 517 ms against 218 to 266 ms from the
+thread that built the model (the 2-core EPYC Zen 4 here, SmolLM2 int4, 32 greedy tokens,
+``benchmarks/bench_engine_threads.py``).  The programs of
+``frontend_lang`` call the engine from many threads; with the work on one thread they run as
+fast as a single-threaded script (``benchmarks/results/2026-12-07-engine-thread.md``).
 
-A streaming group's ``on_update(state)`` runs on the stepping thread each time a request's
-visible text grows and once when it finishes (keep it quick; never wait on the engine there).
-If the scheduler raises (KeyboardInterrupt in a step included), every pending and later
-future fails with that error; ``close`` fails what is pending with ``RuntimeError``.  Only the
-holder of the step lock touches the scheduler; ``call(fn)`` runs ``fn(scheduler)`` there,
-between steps.
+A streaming group's ``on_update(state)`` runs on the driver's thread each time a request's
+visible text grows and once when it finishes (keep it quick; never wait on the engine there:
+``wait`` raises RuntimeError on that thread).  If ``build`` or a step raises (KeyboardInterrupt
+in a step included), every pending and later future fails with that error; ``close`` fails
+what is pending with ``RuntimeError``.  Only the driver's thread touches the scheduler;
+``call(fn)`` runs ``fn(scheduler)`` there, between steps.
 """
 from __future__ import annotations
 
@@ -35,23 +38,22 @@ from radixserve.scheduler.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
+Build = Callable[[], "tuple[Scheduler, Any]"]  # -> (scheduler, tokenizer), on the driver's thread
+
+
 class EngineDriver:
-    def __init__(self, scheduler: Scheduler, tokenizer: Any, name: str = "radixserve-engine") -> None:
-        self.scheduler = scheduler
-        self.tokenizer = tokenizer
+    def __init__(self, build: Build, name: str = "radixserve-engine") -> None:
+        self.scheduler: Optional[Scheduler] = None
         self._inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._kick = threading.Event()  # set when a command arrives
-        self._groups = GroupTracker(tokenizer)
+        self._groups: Optional[GroupTracker] = None
         self._finished: list[Req] = []
         self._dead: Optional[BaseException] = None
         self._closed = False
         self._lock = threading.Lock()  # no command enters the inbox once the driver stopped
-        self._step_lock = threading.Lock()  # held by the thread that steps the scheduler
-        self._stepper: Optional[threading.Thread] = None
-        self._callers = 0  # threads in drive(): the background thread leaves the stepping to them
-        self._callers_cv = threading.Condition()
-        scheduler.hooks.append(self._finished.append)
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.ready: Future = Future()  # settles when ``build`` returned (or with its error)
+        self._build: Optional[Build] = build  # dropped once run: it may hold the Engine under construction
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ any thread
@@ -67,36 +69,24 @@ class EngineDriver:
         self._put(("abort", rid, message), None)
 
     def call(self, fn: Callable[[Scheduler], Any]) -> Future:
-        """Future of ``fn(scheduler)``, run between steps (inline when called from the stepping
+        """Future of ``fn(scheduler)``, run between steps (inline when called from the driver's
         thread itself, e.g. from an ``on_update`` callback)."""
         fut: Future = Future()
-        if threading.current_thread() is self._stepper:
+        if threading.current_thread() is self._thread:
             self._run_call(fn, fut)
         else:
             self._put(("call", fn, fut), fut)
         return fut
 
-    def drive(self, done: Callable[[], bool]) -> None:
-        """Step the scheduler on the calling thread (for every pending request) until ``done()``
-        or the driver stops.  Raises RuntimeError when called from an ``on_update`` callback."""
-        if threading.current_thread() is self._stepper:
+    def check_caller(self) -> None:
+        """Raise RuntimeError on the driver's thread: waiting there for the engine would deadlock."""
+        if threading.current_thread() is self._thread:
             raise RuntimeError("an engine callback cannot wait for the engine")
-        with self._callers_cv:
-            self._callers += 1
-        try:
-            while not done() and self._alive():
-                with self._step_lock:
-                    self._stepper = threading.current_thread()
-                    try:
-                        while not done() and self._alive():
-                            if not self._iterate():
-                                self._kick.wait(0.05)  # idle until a command arrives
-                    finally:
-                        self._stepper = None
-        finally:
-            with self._callers_cv:
-                self._callers -= 1
-                self._callers_cv.notify_all()
+
+    def wait(self, fut: Future, timeout: Optional[float] = None) -> Any:
+        """``fut``'s result, blocking the calling thread (never the driver's: ``check_caller``)."""
+        self.check_caller()
+        return fut.result(timeout)
 
     def close(self, wait: bool = True) -> None:
         """Stop the driver; pending futures fail.  Idempotent; ``wait`` joins the thread."""
@@ -105,8 +95,6 @@ class EngineDriver:
                 self._closed = True
                 self._inbox.put(None)
                 self._kick.set()
-        with self._callers_cv:
-            self._callers_cv.notify_all()
         if wait and threading.current_thread() is not self._thread:
             self._thread.join(timeout=30)
 
@@ -122,7 +110,27 @@ class EngineDriver:
         if fut is not None:
             settle(fut, error=RuntimeError(f"engine driver stopped: {self._dead or 'shut down'}"))
 
-    # ------------------------------------------------------------------ the stepping thread (step lock held)
+    # ------------------------------------------------------------------ the driver's thread
+    def _main(self) -> None:
+        build, self._build = self._build, None
+        try:
+            scheduler, tokenizer = build()
+        except BaseException as e:  # noqa: BLE001 - the constructing thread re-raises it
+            with self._lock:
+                self._dead = e
+            settle(self.ready, error=e)
+            self._fail_all(e)
+            return
+        del build
+        self.scheduler = scheduler
+        self._groups = GroupTracker(tokenizer)
+        scheduler.hooks.append(self._finished.append)
+        settle(self.ready)
+        while self._alive():
+            if not self._iterate() and self._alive():
+                self._kick.wait(0.5)  # idle until a command arrives
+        self._fail_all(RuntimeError("engine driver shut down") if self._dead is None else self._dead)
+
     def _run_call(self, fn: Callable[[Scheduler], Any], fut: Future) -> None:
         try:
             result = fn(self.scheduler)
@@ -172,7 +180,8 @@ class EngineDriver:
     def _fail_all(self, error: BaseException) -> None:
         with self._lock:
             self._dead = error
-        self._groups.fail_all(error)
+        if self._groups is not None:
+            self._groups.fail_all(error)
         while True:  # fail what was queued meanwhile
             try:
                 item = self._inbox.get_nowait()
@@ -182,22 +191,3 @@ class EngineDriver:
                 settle(item.future, error=error)
             elif isinstance(item, tuple) and item[0] == "call":
                 settle(item[2], error=error)
-
-    def _loop(self) -> None:
-        """The background stepper: steps only while no thread is in ``drive``."""
-        while self._alive():
-            with self._callers_cv:
-                while self._callers and self._alive():
-                    self._callers_cv.wait(0.5)
-            busy = False
-            with self._step_lock:
-                if not self._callers:
-                    self._stepper = threading.current_thread()
-                    try:
-                        busy = self._iterate()
-                    finally:
-                        self._stepper = None
-            if not busy and self._alive():
-                self._kick.wait(0.5)
-        with self._step_lock:
-            self._fail_all(RuntimeError("engine driver shut down") if self._dead is None else self._dead)

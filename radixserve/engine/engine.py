@@ -6,11 +6,10 @@
         print(chunk["text"])
     out = eng.generate(segments=[{"text": "Context:"}, {"text": doc, "document": True}, {"text": question}])
 
-Thread-safe: ``EngineDriver`` lets one thread at a time step the scheduler -- the thread that
-waits in ``generate`` / ``generate_stream`` (so a single-threaded caller steps on its own
-thread, as fast as before), else a background thread of its own; ``generate``,
-``generate_stream``, their async variants and the admin calls may come from any thread at
-once.  Requests go through the same front door (``RequestBuilder``) and output path
+Thread-safe: the ``EngineDriver``'s one thread builds the model and runs every step (torch's
+OpenMP teams: a second thread running torch work slowed decode 2x, see ``engine/driver.py``);
+``generate``, ``generate_stream``, their async variants and the admin calls may come from any
+thread at once and wait for it.  Requests go through the same front door (``RequestBuilder``) and output path
 (incremental detokenizer, ``OutputState``) as the server, so results and ``meta_info`` have
 the shape of the server's /generate.  Invalid input raises ValueError naming the field, in
 the calling thread; a full queue raises OverflowError.  ``shutdown()`` (or leaving a ``with``
@@ -62,6 +61,17 @@ class Engine:
     def __init__(self, model: Optional[str] = None, show_progress: bool = False,
                  config: Optional[EngineConfig] = None, **kwargs: Any) -> None:
         self.config = config or EngineConfig.from_kwargs(model, **kwargs)
+        self._driver = EngineDriver(lambda: self._build(show_progress))
+        try:
+            self._driver.ready.result()  # the build's error, raised here
+        except BaseException:
+            self._driver.close(wait=False)
+            raise
+        self._finalizer = weakref.finalize(self, _stop, self._driver, self.runner, self._tiers)
+
+    def _build(self, show_progress: bool) -> tuple[Scheduler, Any]:
+        """The model, its KV pool, the scheduler: on the driver's thread, where every step runs
+        (``EngineDriver``: all torch work on one thread)."""
         if self.config.parallel.world_size > 1:
             from radixserve.worker.tp.group_worker import start_group
 
@@ -74,7 +84,7 @@ class Engine:
             self.lora = registry_for(self.config.lora, self.info.lora)  # the served LoRA adapters, by name
             self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend,
                                           self.lora if self.config.lora.enable_lora else None)
-            # stepped by one thread at a time (EngineDriver): touch it only through run_on_driver
+            # stepped by the driver's thread only: touch it only through run_on_driver
             one_rank = self.config.parallel.world_size == 1
             self._tiers = build_tier_store(self.config, self.runner, self.info) if one_rank \
                 else None  # the hierarchical cache's host and disk tiers (enable_hierarchical_cache)
@@ -85,13 +95,12 @@ class Engine:
                 self._persister = CachePersister(self.scheduler.kv, store, self.config.cache,
                                                  self.info.kv_bytes_per_slot)
                 self._persister.restore()
-            self._driver = EngineDriver(self.scheduler, self.tokenizer)
         except BaseException:
             _close_runner(self.runner)
             if getattr(self, "_tiers", None) is not None:
                 self._tiers.close()
             raise
-        self._finalizer = weakref.finalize(self, _stop, self._driver, self.runner, self._tiers)
+        return self.scheduler, self.tokenizer
 
     # ------------------------------------------------------------------ requests
     def make_requests(self, prompt: Prompt = None, sampling_params: Params = None, input_ids: Any = None,
@@ -126,8 +135,7 @@ class Engine:
         fut, rids, batched = self.submit(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
                                          top_logprobs_num, lora_path=lora_path, segments=segments)
         try:
-            self._driver.drive(fut.done)  # this thread steps the scheduler (see EngineDriver)
-            outs = fut.result()
+            outs = self._driver.wait(fut)
         finally:  # e.g. KeyboardInterrupt while waiting
             self._abort_unfinished(fut, rids, "aborted by client")
         return outs if batched else outs[0]
@@ -145,8 +153,8 @@ class Engine:
                                    segments=segments)
         fut.add_done_callback(lambda _f: chunks.put(_END))
         try:
+            self._driver.check_caller()
             while True:
-                self._driver.drive(lambda: not chunks.empty())  # this thread steps meanwhile
                 if (item := chunks.get()) is _END:
                     break
                 yield item
@@ -203,8 +211,7 @@ class Engine:
         msgs = self.builder.build_embed(p.ids, p.names, pooling or self.config.model.embedding_pooling)
         fut = self._driver.submit([new_req(m) for m in msgs])
         try:
-            self._driver.drive(fut.done)
-            outs = fut.result()
+            outs = self._driver.wait(fut)
         finally:
             self._abort_unfinished(fut, [m.rid for m in msgs], "aborted by client")
         res = [{"embedding": finalize(o.get("embedding"), normalize), "meta_info": o["meta_info"]} for o in outs]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import threading
 
+import pytest
+
 from tests.helpers.models import make_engine
 
 LONG = list(range(3000, 3200))  # 200 tokens, shared by two threads' prompts
@@ -105,31 +107,67 @@ def test_admin_calls_from_threads_while_generating(tiny_dir):
     eng.check_invariants()
 
 
-def test_the_waiting_caller_steps_the_scheduler(tiny_engine):
-    """``generate`` steps the scheduler on the calling thread (the single-threaded case runs as
-    fast as a plain loop); asyncio callers are served by the engine's background thread."""
+def test_every_step_runs_on_the_driver_thread(tiny_engine):
+    """The model is stepped on the driver's one thread whoever calls: the main thread, another
+    thread, an asyncio caller (torch's OpenMP gives each thread running torch work a thread team
+    of its own, and two teams slow each other down: ``engine/driver.py``)."""
     import asyncio
 
     eng = tiny_engine
     seen: list[str] = []
     hook = lambda req: seen.append(threading.current_thread().name)  # noqa: E731 - runs when a request finishes
     eng.run_on_driver(lambda s: s.hooks.append(hook))
+    driver = eng._driver._thread.name
     try:
         eng.generate(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, "temperature": 0})
-        assert seen == [threading.current_thread().name]
-        seen.clear()
         out = {}
         t = threading.Thread(target=lambda: out.setdefault("o", eng.generate(input_ids=[[5, 6], [8, 9]], sampling_params={
             "max_new_tokens": 4, "temperature": 0})), name="caller-thread")
         t.start()
         t.join(timeout=120)
-        assert len(out["o"]) == 2 and seen == ["caller-thread", "caller-thread"]
-        seen.clear()
+        assert len(out["o"]) == 2
+        list(eng.generate_stream(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, "temperature": 0}))
         asyncio.run(eng.async_generate(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 4, "temperature": 0}))
-        assert seen == [eng._driver._thread.name]
+        assert seen == [driver] * 5 and driver != threading.current_thread().name
     finally:
         eng.run_on_driver(lambda s: s.hooks.remove(hook))
     eng.check_invariants()
+
+
+def test_the_model_is_built_on_the_driver_thread_and_the_engine_is_collectable(tiny_dir, monkeypatch):
+    """The worker's construction (its torch work: weights, KV pool, timings) runs on the thread
+    that steps it; a failing build raises in the constructing thread; an engine nobody holds is
+    stopped by the garbage collector (the driver's thread keeps no reference to it)."""
+    import gc
+    import weakref
+
+    import radixserve.engine.engine as engine_mod
+
+    built_on: list[str] = []
+    real = engine_mod.build_worker
+
+    def recording(*a, **kw):
+        built_on.append(threading.current_thread().name)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine_mod, "build_worker", recording)
+    eng = make_engine(tiny_dir, max_total_tokens=512)
+    driver = eng._driver
+    assert built_on == [driver._thread.name] != [threading.current_thread().name]
+    assert eng.generate(input_ids=[5, 6], sampling_params={"max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
+    ref = weakref.ref(eng)
+    del eng
+    gc.collect()
+    assert ref() is None
+    driver._thread.join(timeout=30)
+    assert not driver._thread.is_alive()
+
+    def failing(*a, **kw):
+        raise ValueError("model: no weights here")
+
+    monkeypatch.setattr(engine_mod, "build_worker", failing)
+    with pytest.raises(ValueError, match="no weights here"):
+        make_engine(tiny_dir, max_total_tokens=512)
 
 
 def test_a_callback_cannot_wait_for_the_engine(tiny_engine):

@@ -150,7 +150,7 @@ def test_load_and_unload_while_serving(engine, adapters, tiny_dir, oracle):
     assert out["requests_in_flight"] == 1
     with pytest.raises(ValueError, match="^lora_path: unknown adapter 'a2'"):
         engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY, lora_path="a2")
-    engine._driver.drive(fut.done)
+    fut.result(timeout=300)
     assert fut.result()[0]["output_ids"][:N] == oracle["a", 1][0]
     engine.generate(input_ids=PROMPTS[0], sampling_params=GREEDY)  # a step: the deferred unload happens
     slots = engine.runner.lora.slots
