@@ -18,13 +18,16 @@ Backends: ``RuntimeEndpoint(url, api_key=None)`` (HTTP) and ``Runtime(model_path
 The program API is SGLang's (``sglang.lang``): a program written for SGLang runs here by
 changing only ``import sglang as sgl`` to ``import frontend_lang as sgl``.  What has no
 meaning for a text-only radixserve backend raises a clear error when used (``image``,
-``video``, ``separate_reasoning``, ``gen(n>1)``); ``function(num_api_spec_tokens=...)``
+``video``, ``gen(n>1)``); ``function(num_api_spec_tokens=...)``
 is accepted and ignored.  Tool calling: ``gen(name, tools=[...], tool_choice=...)`` and
 ``state.tool_calls(name)`` (see ``tools``).  LoRA adapters served by the backend:
 ``gen(..., lora="name")`` / ``select(..., lora="name")``, or ``program.run(..., lora="name")`` for
 every gen and select of the run (radixserve's extension; sent as /generate's ``lora_path``).
 Documents: ``s += document(text)`` appends text the runtime may reuse out of order (radixserve's
 extension; a gen's prompt with documents is sent as /generate's ``segments``).
+Reasoning models: ``s += separate_reasoning(gen("x"), model_type="qwen3")`` (SGLang's) leaves the
+answer in ``s["x"]`` and the thinking in ``s["x_reasoning_content"]``; ``gen(..., require_reasoning=True)``
+applies a constraint after the thinking only (with a server started with ``--reasoning-parser``).
 
 Owns: the program API (``api``, ``ir``, ``program``), its interpreter (``state``, ``executor``,
 ``batch``, ``tracer``, ``stream``, ``transcript``), client-side chat templates
@@ -35,7 +38,7 @@ tool calling in programs (``tools``), the exceptions (``errors``: ``FrontendErro
 ``BackendError``, ``ProgramError``) and the backends (``backend/``).
 Must not touch: the runtime's internals -- it is a client of the HTTP API or of the Engine's
 public API, never of the scheduler or the worker; of radixserve it imports only
-``sampling_params``, ``radixserve.tools`` and (lazily, in ``backend``) ``engine`` and
+``sampling_params``, ``radixserve.tools``, ``radixserve.reasoning`` and (lazily, in ``backend``) ``engine`` and
 ``tokenizer``, so importing it never loads torch.  Public names: ``__all__``.
 """
 from frontend_lang.api import (assistant, assistant_begin, assistant_end, document, flush_cache, gen, gen_int,

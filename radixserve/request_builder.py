@@ -83,13 +83,14 @@ def split_prompts(text: Union[str, list[str], None], input_ids: Any, sampling_pa
                   encode: Callable[[str], list[int]], rid: Union[str, list[str], None] = None,
                   priority: Optional[int] = None, cache_salt: Optional[str] = None,
                   allow_empty: bool = False, lora_path: Union[str, list, None] = None,
-                  segments: Any = None, encode_plain: Optional[Encode] = None) -> Prompts:
+                  segments: Any = None, encode_plain: Optional[Encode] = None,
+                  require_reasoning: bool = False) -> Prompts:
     """Split a raw request: exactly one of ``text`` (a string or a list, each run through
     ``encode``), ``input_ids`` (a list of ints or a list of them) and ``segments`` (one prompt's
     list of segments or a list of them, encoded by ``radixserve.tokenizer.split_segments`` with
     ``encode`` and ``encode_plain``, the same tokenizer without special tokens; their document
     spans go to ``Prompts.spans``); ``sampling_params`` one entry for all prompts or a list with
-    one per prompt.  ``priority`` / ``cache_salt`` (the
+    one per prompt.  ``priority`` / ``cache_salt`` / ``require_reasoning`` when true (the
     top-level fields of /generate) go into every prompt's (mapping) parameters, ``lora_path`` too
     (SGLang's: one adapter name for all prompts, or a list with one name or None per prompt); a string
     ``rid`` of a batch becomes ``rid-i``.  An empty batch is an error unless ``allow_empty``.
@@ -132,6 +133,8 @@ def split_prompts(text: Union[str, list[str], None], input_ids: Any, sampling_pa
         if not 0 < len(cache_salt) <= MAX_CACHE_SALT_LEN:
             raise ValueError(f"cache_salt: must be a non-empty string of at most {MAX_CACHE_SALT_LEN} characters")
         params = _set_everywhere(params, "cache_salt", cache_salt)
+    if require_reasoning:
+        params = _set_everywhere(params, "require_reasoning", True)
     if isinstance(lora_path, list):
         if len(lora_path) != len(params):
             raise ValueError("lora_path: a list must have one entry per prompt")
@@ -159,14 +162,16 @@ def _set_everywhere(params: list[ParamsIn], name: str, value: Any) -> list[Param
 class RequestBuilder:
     """Stateless apart from its limits; safe to call from any thread.  ``grammar_backend`` is
     the scheduler's (``SchedulerConfig.grammar_backend``): constraints are validated as it
-    will compile them."""
+    will compile them; ``reasoning_parser`` too ("none": a request that thinks is refused)."""
 
-    def __init__(self, limits: Limits, grammar_backend: str = DEFAULT_GRAMMAR_BACKEND, lora: Any = None) -> None:
+    def __init__(self, limits: Limits, grammar_backend: str = DEFAULT_GRAMMAR_BACKEND, lora: Any = None,
+                 reasoning_parser: str = "none") -> None:
         """``lora``: the served adapters (``lora.registry.LoRARegistry``; None: none), against
         which ``lora_path`` is resolved to the adapter's uid."""
         self.limits = limits
         self.grammar_backend = grammar_backend
         self.lora = lora
+        self.reasoning_parser = reasoning_parser
 
     def check_prompt(self, ids: list[int], name: str) -> None:
         """Raise ValueError (naming ``name``) unless ``ids`` is a usable prompt."""
@@ -194,6 +199,9 @@ class RequestBuilder:
         else:
             raise ValueError("sampling_params: must be a mapping of sampling parameters")
         verify_sampling(sp, self.limits.vocab_size, self.grammar_backend)
+        if sp.require_reasoning and self.reasoning_parser == "none":
+            raise ValueError("require_reasoning: this server has no reasoning parser (start it with "
+                             "--reasoning-parser)")
         if sp.lora_path is not None:
             if self.lora is None:
                 raise ValueError("lora_path: LoRA adapters are not enabled on this server (start it with "

@@ -92,6 +92,12 @@ class SamplingParams:
     the tokens of a prompt's documents (``segments`` marked ``document``, radixserve/tokenizer.py)
     recomputed when their cached KV is reused at another position; it changes nothing for a
     prompt without documents.
+
+    Reasoning models (docs/REASONING.md; the server's ``--reasoning-parser``): ``require_reasoning``
+    (SGLang's field) says the output starts inside the model's thinking block, so a constraint
+    (regex, json_schema, choices, ebnf) applies only after the think-end token; the chat route sets
+    it from the chat template's thinking switch.  ``thinking_token_budget`` (vLLM's name; an int
+    >= 0, with ``require_reasoning``) forces the think-end token after that many thinking tokens.
     """
 
     max_new_tokens: int = 128
@@ -130,6 +136,8 @@ class SamplingParams:
     cache_salt: Optional[str] = None
     lora_path: Optional[str] = None
     document_recompute: Optional[float] = None
+    require_reasoning: bool = False
+    thinking_token_budget: Optional[int] = None
 
     @classmethod
     def from_dict(cls, d: Optional[dict[str, Any]]) -> "SamplingParams":
@@ -250,6 +258,12 @@ class SamplingParams:
             self.logit_bias = clean
         if self.constraint_budget not in ("cut", "close"):
             bad("constraint_budget", 'must be "cut" or "close"')
-        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
+        if self.thinking_token_budget is not None:
+            if not is_int(self.thinking_token_budget) or self.thinking_token_budget < 0:
+                bad("thinking_token_budget", "must be an integer >= 0")
+            if self.require_reasoning is not True:
+                bad("thinking_token_budget", "applies only to an output that thinks (set require_reasoning)")
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+                     "require_reasoning"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be a boolean")

@@ -2,8 +2,10 @@
 field (the HTTP routes, the tool-call spec and the Engine all report errors this way)."""
 from __future__ import annotations
 
+import difflib
 import json
 import re
+from typing import Iterable
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
 _PLAIN = re.compile(r"[\w\-]+")
@@ -22,11 +24,22 @@ def _clean_loc(loc: tuple) -> str:
     return ".".join(parts) or "body"
 
 
-def validation_message(errors: list[dict]) -> str:
-    """The first error as "field.path: reason"; JSON syntax errors name the body."""
+def _unknown(name: str, known: Iterable[str]) -> str:
+    """The reason for an unknown field ``name``, with the closest of ``known`` when one is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return f"unknown field (did you mean {close[0]!r}?)" if close else "unknown field"
+
+
+def validation_message(errors: list[dict], known: Iterable[str] = ()) -> str:
+    """The first error as "field.path: reason", an unknown field first (in a union, the branch
+    that has it is the one meant); JSON syntax errors name the body.  ``known``: the top-level
+    names, for the suggestion an unknown top-level field gets."""
     if not errors:
         return "body: invalid request"
-    err = errors[0]
+    err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
+    loc = tuple(err.get("loc", ()))
+    if err.get("type") == "extra_forbidden":
+        return f"{_clean_loc(loc)}: {_unknown(str(loc[-1]), known if len(loc) == 1 else ())}"
     if err.get("type") == "json_invalid":
         ctx = err.get("ctx") or {}
         return f"body: invalid JSON ({ctx.get('error', err.get('msg'))})"

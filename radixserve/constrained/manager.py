@@ -18,6 +18,11 @@ returns decisions, which the scheduler applies (``scheduler/grammar_steps.py``):
   in place of the last output token: the scheduler writes them into ``output_ids`` and calls
   ``req.grammar.splice``) or None.  After applying a ``Jump`` the scheduler asks
   ``after_jump(req)``, which returns a ``Finish`` or None for the spliced state.
+- Reasoning models: with ``think_end_id`` set (the scheduler's ``--reasoning-parser``), the
+  grammar of a request with ``require_reasoning`` comes wrapped in a ``ReasonerState``
+  (runtime/reasoner_state.py) that masks nothing until the think-end token; ``thinking_state``
+  gives a request with a ``thinking_token_budget`` and no constraint such a state over no
+  grammar, ready at once (no compilation).
 - Nothing here runs for requests without a grammar, and the backend (``cfg.grammar_backend``:
   vocabulary, compile processes or threads) is created on the first constrained request.
 """
@@ -36,6 +41,7 @@ from radixserve.constrained.runtime.backend import GrammarBackend
 from radixserve.constrained.runtime.registry import make_backend
 from radixserve.constrained.runtime.fsm_state import GrammarState
 from radixserve.constrained.runtime.jump_forward import plan_jump
+from radixserve.constrained.runtime.reasoner_state import ReasonerState
 from radixserve.constrained.protocols import GrammarRequest, GrammarSampling
 from radixserve.constrained.schema.spec import Constraint, constraint_of
 from radixserve.request import FinishReason
@@ -76,6 +82,7 @@ class GrammarManager(Generic[R]):
         self.waiting: list[tuple[R, Constraint]] = []
         self.num_jumps = 0
         self.jumped_tokens = 0
+        self.think_end_id: Optional[int] = None  # the reasoning format's think-end token (build_scheduler sets it)
 
     def get_backend(self) -> GrammarBackend:
         if self.backend is None:
@@ -109,9 +116,25 @@ class GrammarManager(Generic[R]):
                     failed.append((req, FinishReason.abort(
                         f"{c.kind} constraint: no token of the vocabulary can start the pattern")))
                 else:
-                    done.append((req, gs))
+                    done.append((req, self._deferred(req, gs)))
         self.waiting = still
         return done, failed
+
+    def _deferred(self, req: GrammarRequest, gs: Optional[GrammarState]) -> GrammarState:
+        """``gs`` deferred until the request's thinking ends when it thinks (else ``gs`` itself)."""
+        sp = req.sampling
+        if not sp.require_reasoning or self.think_end_id is None:
+            assert gs is not None
+            return gs
+        return ReasonerState(gs, self.think_end_id, self.vocab_size, sp.thinking_token_budget, self.eos_ids)
+
+    def thinking_state(self, req: GrammarRequest) -> Optional[GrammarState]:
+        """The state of an unconstrained request with a thinking budget (its thinking is closed
+        after ``thinking_token_budget`` tokens); None when the request needs none."""
+        sp = req.sampling
+        if sp.thinking_token_budget is None or not sp.require_reasoning or self.think_end_id is None:
+            return None
+        return self._deferred(req, None)
 
     def wait(self, timeout: float) -> None:
         """Block until a compilation finishes (only when nothing else can run)."""
@@ -128,11 +151,13 @@ class GrammarManager(Generic[R]):
 
     # ------------------------------------------------------------------ per token
     @staticmethod
-    def mask(req: GrammarRequest) -> np.ndarray:
+    def mask(req: GrammarRequest) -> Optional[np.ndarray]:
+        """The vocab mask of the request's next sample (None: nothing masked)."""
         gs = _grammar(req)
         mask = gs.mask(req.sampling.ignore_eos)
-        if req.sampling.constraint_budget == "close":
-            return budget.closing_mask(mask, gs.vocab, req.output_ids, req.remaining_new_tokens())
+        if mask is not None and gs.answer_start is not None and req.sampling.constraint_budget == "close":
+            answer = req.output_ids[gs.answer_start:]  # the constrained part (after any thinking)
+            return budget.closing_mask(mask, gs.vocab, answer, req.remaining_new_tokens())
         return mask
 
     def after_token(self, req: GrammarRequest) -> Optional[FinishReason]:
@@ -163,7 +188,7 @@ class GrammarManager(Generic[R]):
 
     def after_stop(self, req: GrammarRequest, jump_forward: bool) -> Union[Finish, Jump, None]:
         done = self._complete(req, jump_forward)
-        if done is not None or not jump_forward:
+        if done is not None or not jump_forward or not _grammar(req).has_prev:
             return done
         plan = plan_jump(req, _grammar(req), self.get_backend().vocab)
         if plan is None:

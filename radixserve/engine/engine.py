@@ -17,6 +17,9 @@ block) stops the driver; it also stops when the Engine is garbage-collected.  Wi
 ``cache_persist_dir`` the persisted prefixes are loaded at construction and saved by
 ``shutdown()`` (or ``persist_cache()``); the interval writer is the server's only.
 
+``Engine("ORG/NAME")`` fetches the model from the Hugging Face Hub first (``model/hub.py``); a
+failure there raises ``HubError`` (an OSError) with one line saying why.
+
 Tensor parallelism (``tp_size > 1``): the model runs in child processes, one per rank
 (``worker/tp/group_worker.py``; rank 0 broadcasts each plan and returns the results), and
 ``runner`` is the ``RemoteWorker`` that talks to rank 0; ``shutdown`` stops them.  The
@@ -35,6 +38,7 @@ from radixserve.config import EngineConfig
 from radixserve.embedding import finalize
 from radixserve.engine.driver import EngineDriver
 from radixserve.lora.registry import lora_summary, registry_for
+from radixserve.model.hub import resolve_engine_config
 from radixserve.output_state import OutputState
 from radixserve.request_builder import Limits, RequestBuilder, split_prompts
 from radixserve.sampling_params import SamplingParams
@@ -60,7 +64,8 @@ class Engine:
 
     def __init__(self, model: Optional[str] = None, show_progress: bool = False,
                  config: Optional[EngineConfig] = None, **kwargs: Any) -> None:
-        self.config = config or EngineConfig.from_kwargs(model, **kwargs)
+        # a Hub id (ORG/NAME[:QUANT]) is fetched here, once: the worker and the ranks get local paths
+        self.config = resolve_engine_config(config or EngineConfig.from_kwargs(model, **kwargs), show_progress)
         self._driver = EngineDriver(lambda: self._build(show_progress))
         try:
             self._driver.ready.result()  # the build's error, raised here
@@ -83,7 +88,8 @@ class Engine:
             self.tokenizer = load_hf_tokenizer(self.config.model.tokenizer_path or self.model_path)
             self.lora = registry_for(self.config.lora, self.info.lora)  # the served LoRA adapters, by name
             self.builder = RequestBuilder(Limits.of(self.info), self.config.scheduler.grammar_backend,
-                                          self.lora if self.config.lora.enable_lora else None)
+                                          self.lora if self.config.lora.enable_lora else None,
+                                          self.config.scheduler.reasoning_parser)
             # stepped by the driver's thread only: touch it only through run_on_driver
             one_rank = self.config.parallel.world_size == 1
             self._tiers = build_tier_store(self.config, self.runner, self.info) if one_rank \

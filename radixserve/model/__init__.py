@@ -13,6 +13,8 @@ linear-layer kinds the numerics choose from, checkpoint loading and the CPU step
 - ``cpu/``: the CPU step's fast path (fused elementwise ops, the flat layer loop, the native layer
   stack), which must stay equal to the module path (tests/core/test_layer_loop.py)
 - ``loader``: HF directory or GGUF file -> a loaded model (``$RADIXSERVE_CACHE``)
+- ``hub``: a Hugging Face Hub id (``ORG/NAME[:QUANT]``) -> a local directory or GGUF file, fetched
+  through ``huggingface_hub`` once, by the process that starts the others; each failure one line
 - ``config_snapshot``: a config read once with transformers, kept as plain values so that later
   starts (the worker, every rank) read it without importing transformers
 

@@ -43,13 +43,15 @@ def cache_root() -> str:
 
 
 def resolve_hf_dir(path: Optional[str], show_progress: bool = False) -> str:
-    """Return a Hugging Face directory for ``path`` (converting a GGUF file on first use)."""
+    """Return a Hugging Face directory for the local ``path`` (converting a GGUF file on first use); a
+    Hub id was fetched before (``model/hub.py``), so this never downloads."""
     path = path or default_model_path()
     if os.path.isdir(path):
         return path
     if path.endswith(".gguf") and os.path.isfile(path):
         return _gguf_to_hf_dir(path, show_progress)
-    raise FileNotFoundError(f"model: {path!r} is neither a Hugging Face directory nor a .gguf file")
+    raise FileNotFoundError(f"model: {path!r} is neither a Hugging Face directory, a .gguf file nor a Hub id "
+                            f"ORG/NAME[:QUANT]")
 
 
 def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:

@@ -13,6 +13,7 @@ from radixserve.tokenizer import eos_token_ids
 from radixserve.ipc.server_link import TokenizedRequest
 from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.mem_cache.hiradix_cache import TierLink, TierSpec
+from radixserve.reasoning.formats import reasoning_format, think_token_ids
 from radixserve.scheduler.kv_manager import KVManager
 from radixserve.scheduler.req import Req
 from radixserve.scheduler.scheduler import Scheduler, Worker
@@ -23,7 +24,8 @@ from radixserve.speculative.strategy import make_speculator
 def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokenizer: Any,
                     tier_link: Optional[TierLink] = None) -> Scheduler:
     """A ``Scheduler`` driving ``worker`` with the pool sizes ``info`` reports; ``tier_link``:
-    the worker's host and disk tiers when the hierarchical cache is on."""
+    the worker's host and disk tiers when the hierarchical cache is on.  With a reasoning parser,
+    ValueError when ``tokenizer`` lacks its think tags (radixserve/reasoning/formats.py)."""
     swa = (info.swa_slots, info.swa_window) if info.swa_slots else None
     tiers = None
     if info.host_tier_slots and tier_link is not None:
@@ -36,6 +38,8 @@ def build_scheduler(cfg: EngineConfig, worker: Worker, info: WorkerInfo, tokeniz
     if info.lora is not None:
         sched.lora.max_loras = info.lora.max_loras_per_batch
     sched.doc_refusal = info.doc_reuse_refusal
+    if cfg.scheduler.reasoning_parser != "none":  # ValueError (one line) when the tokenizer lacks the tags
+        sched.grammars.think_end_id = think_token_ids(reasoning_format(cfg.scheduler.reasoning_parser), tokenizer)[1]
     return sched
 
 

@@ -92,6 +92,7 @@ class Scheduler:
         if has_constraint(req.sampling):
             self.grammars.add(req)  # joins the queue once its grammar is compiled
             return
+        req.grammar = self.grammars.thinking_state(req)  # a thinking budget alone: no grammar to compile
         self.waiting.append(req)
 
     def abort(self, rid: str, message: str = "aborted") -> Optional[Req]:

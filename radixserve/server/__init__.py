@@ -1,9 +1,10 @@
 """The HTTP serving runtime (``radixserve serve``): FastAPI app, TokenizerManager and the launcher.
 
 Owns: ``app`` (``create_app``: the native SGLang-compatible routes), ``protocol`` (the pydantic
-request bodies), ``tokenizer_manager.TokenizerManager`` (the asyncio side: tokenize, submit,
+request bodies), ``openai_fields`` (the fields each OpenAI route takes, in one place), ``tokenizer_manager.TokenizerManager`` (the asyncio side: tokenize, submit,
 collect ``ReqOutput``s), ``req_state`` (one in-flight sequence's ``OutputState``),
-``http_utils`` (errors, SSE, API key), ``openapi_doc``, ``lora_routes`` (``/load_lora_adapter``
+``http_utils`` (errors, SSE, API key), ``openapi_doc``, ``reasoning_routes`` (SGLang's
+``/separate_reasoning``), ``lora_routes`` (``/load_lora_adapter``
 and ``/unload_lora_adapter``, the adapter an OpenAI ``model`` names, the adapters' model cards)
 and ``launcher`` (``serve``: the worker, scheduler and detokenizer processes and this node's
 other tensor- or pipeline-parallel ranks, watched; ``follower_node`` on nodes other than 0).  Subpackages: ``openai`` (/v1 routes), ``tenancy``

@@ -8,7 +8,9 @@ it arrives as a ``data: {"error": ...}`` chunk.  ``lora_path`` (SGLang's) names 
 adapter for every prompt, or gives one name (or null: the base model) per prompt.  ``segments``
 (radixserve's) gives the prompt as segments in place of ``text`` / ``input_ids``, marking documents
 that may be reused out of order (radixserve/tokenizer.py); ``meta_info`` then counts
-``document_reused_tokens`` and ``document_recomputed_tokens``.
+``document_reused_tokens`` and ``document_recomputed_tokens``.  ``require_reasoning`` (SGLang's, with
+``--reasoning-parser``): the output starts thinking, so a constraint applies after the think-end token
+(the text stays whole: ``/separate_reasoning`` splits it, reasoning_routes.py).
 """
 from __future__ import annotations
 
@@ -27,12 +29,14 @@ from radixserve.server.http_utils import (APIKeyMiddleware, error_body, first_an
                                          parse_body, stream_response)
 from radixserve.server.inspector.routes import DASHBOARD_PATHS, inspector_router
 from radixserve.server.lora_routes import lora_router
+from radixserve.server.reasoning_routes import reasoning_router
 from radixserve.server.tenancy.key_auth import KeyAuthMiddleware
 from radixserve.server.tenancy.keys import KeyStore
 from radixserve.server.openai.routes import openai_router
 from radixserve.server.openapi_doc import body_doc, install_openapi
 from radixserve.server.openai.embeddings import embeddings_router
 from radixserve.server.openai.chat import chat_router
+from radixserve.server.openai.responses import responses_router
 from radixserve.server.protocol import AbortReqInput, ConcatAndAppendReqInput, GenerateReqInput
 from radixserve.server.req_state import RequestError
 from radixserve.server.tokenizer_manager import TokenizerManager
@@ -63,7 +67,8 @@ def native_inputs(ctx: ServerContext, obj: GenerateReqInput) -> Prompts:
     params = [p.to_dict() for p in sp] if isinstance(sp, list) else sp.to_dict() if sp is not None else None
     try:
         return split_prompts(obj.text, obj.input_ids, params, ctx.tm.encode, obj.rid, obj.priority, obj.cache_salt,
-                             lora_path=obj.lora_path, segments=obj.segments, encode_plain=ctx.tm.encode_plain)
+                             lora_path=obj.lora_path, segments=obj.segments, encode_plain=ctx.tm.encode_plain,
+                             require_reasoning=obj.require_reasoning)
     except ValueError as e:
         raise RequestError(400, str(e)) from None
 
@@ -82,8 +87,10 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app.include_router(embeddings_router(ctx))
     app.include_router(usage_router(ctx))
     app.include_router(chat_router(ctx))
+    app.include_router(responses_router(ctx))
     app.include_router(inspector_router(ctx))
     app.include_router(lora_router(ctx))
+    app.include_router(reasoning_router(ctx))
 
     @app.post("/generate", openapi_extra=body_doc(GenerateReqInput, stream=True))
     async def generate(request: Request):

@@ -47,13 +47,14 @@ SERVER_KEEP_ALIVE_S = 5.0
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
-    """The JSON body as ``model`` whatever the Content-Type; RequestError(400) names the field.
-    Types are strict (no "5" for an int, no 1 for a bool), as the OpenAPI document states."""
+    """The JSON body as ``model`` whatever the Content-Type; RequestError(400) names the field (an
+    unknown top-level one with the closest known name, when one is close).  Types are strict (no "5" for an int, no 1 for a bool), as the OpenAPI document states."""
     raw = await request.body()
     try:  # pydantic's own JSON parser: bounded nesting, no Python recursion; strict types
         return model.model_validate_json(raw or b"null", strict=True)
     except ValidationError as e:
-        raise RequestError(400, validation_message(list(e.errors()))) from None
+        known = [f.alias or name for name, f in model.model_fields.items()]
+        raise RequestError(400, validation_message(list(e.errors()), known)) from None
 
 
 async def first_and_rest(events: AsyncIterator[Any]):

@@ -103,17 +103,39 @@ class Launcher:
 
 
 def model_name(path: str | None) -> str:
+    """The served name: a Hub id without its ``:QUANT`` (``Qwen/Qwen3-0.6B``), else the file or folder's name."""
+    from radixserve.model.hub import is_hub_id
+
+    if path and is_hub_id(path):
+        return path.partition(":")[0]
     return os.path.basename(path.rstrip("/")).removesuffix(".gguf") if path else "SmolLM2-135M-Instruct"
+
+
+def reasoning_problem(cfg: EngineConfig) -> str | None:
+    """Why the model's tokenizer cannot serve ``--reasoning-parser`` (one line), or None."""
+    if cfg.scheduler.reasoning_parser == "none":
+        return None
+    from radixserve.reasoning.formats import reasoning_format, think_token_ids
+    from radixserve.tokenizer import load_light_tokenizer
+
+    try:
+        think_token_ids(reasoning_format(cfg.scheduler.reasoning_parser),
+                        load_light_tokenizer(cfg.model.tokenizer_path or cfg.model.path))
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     """Run the server until stopped; returns the process exit code."""
+    from radixserve.chat_template import load_chat_template
     from radixserve.server.tenancy.accounting import Accounting, StartupError, open_accounting
 
     configure_logging(server_cfg.log_level, "server")
     try:
         keys, usage_db = open_accounting(server_cfg)  # a bad keys file stops here, before any child starts
-    except StartupError as e:
+        chat_template = load_chat_template(server_cfg.chat_template) if server_cfg.chat_template else None
+    except (StartupError, ValueError) as e:  # ValueError: --chat-template (checked at parsing) is gone or changed
         logger.error("cannot start: %s", e)
         return 2
     if keys is not None:  # until the event loop takes SIGHUP over, so a reload during start-up never kills us
@@ -121,12 +143,19 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     stops = StopSignals().install()  # the first SIGINT/SIGTERM: KeyboardInterrupt, then the orderly stop
     t0 = time.perf_counter()
-    hf_dir = engine_cfg.model.path
+    from radixserve.model.hub import HubError, resolve_engine_config
+
+    try:  # a Hub id is fetched once, here: the children get local paths
+        local_cfg = resolve_engine_config(engine_cfg, show_progress=True)
+    except HubError as e:
+        logger.error("cannot start: %s", e)
+        return 1
+    hf_dir = local_cfg.model.path
     if not (hf_dir and os.path.isdir(hf_dir)):  # the loader imports torch: only when a GGUF needs converting
         from radixserve.model.loader import resolve_hf_dir
 
         hf_dir = resolve_hf_dir(hf_dir, show_progress=True)  # converts a GGUF once, here
-    cfg = dataclasses.replace(engine_cfg, model=dataclasses.replace(engine_cfg.model, path=hf_dir))
+    cfg = dataclasses.replace(local_cfg, model=dataclasses.replace(local_cfg.model, path=hf_dir))
     if cfg.parallel.node_rank > 0:
         from radixserve.server.follower_node import serve_ranks
 
@@ -135,6 +164,12 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         return serve_ranks(cfg, server_cfg.log_level)
     from radixserve.worker.tp.group import with_rendezvous
 
+    problem = reasoning_problem(cfg)  # a model without the parser's think tokens is refused before any child starts
+    if problem is not None:
+        logger.error("cannot start: %s", problem)
+        if usage_db is not None:
+            usage_db.close()
+        return 2
     launcher = Launcher(with_rendezvous(cfg), server_cfg.log_level, stops)
     gc.disable()  # until /health answers, as in the children (radixserve.proc.run_child)
     try:
@@ -156,10 +191,12 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
                     time.perf_counter() - t0, hf_dir, info.dtype, info.quantization, info.device, info.num_slots - 1,
                     info.context_len)
         tm = TokenizerManager(tokenizer, info, launcher.addrs, tokenizer_path, engine_cfg.scheduler.grammar_backend,
-                              engine_cfg.lora)
+                              engine_cfg.lora, engine_cfg.scheduler.reasoning_parser)
         if usage_db is not None:
             tm.accounting = Accounting(Ledger(usage_db), tm.metrics, keys)
-        ctx = ServerContext(tm, engine_cfg, server_cfg, model_name(engine_cfg.model.path),
+        tm.chat.template = chat_template
+        served = server_cfg.served_model_name or (model_name(engine_cfg.model.path),)
+        ctx = ServerContext(tm, engine_cfg, server_cfg, served[0],
                             engine_cfg.model.path or hf_dir, tokenizer_path,
                             launcher.procs.pids | {"server": os.getpid()}, keys)
         app = create_app(ctx)

@@ -96,23 +96,37 @@ class AdapterAdmin:
         return {} if reg is None else {a.name: a.path for a in reg.adapters.values()}
 
 
+def served_names(ctx: Any) -> tuple[str, ...]:
+    """The names the base model answers to: ``--served-model-name``'s, else its default name and its path."""
+    names = ctx.server_cfg.served_model_name
+    return tuple(names) if names else tuple(dict.fromkeys(n for n in (ctx.model_name, ctx.model_path) if n))
+
+
 def adapter_of_model(ctx: Any, model: Optional[str]) -> Optional[str]:
-    """The adapter an OpenAI ``model`` names: an adapter's own name (vLLM's way) or
-    ``<base model>:<adapter>`` (SGLang's); None for the base model, as for any other name (the
-    OpenAI routes never refused a model name).  RequestError(400) naming ``model`` when the
-    ``<base>:`` form names no loaded adapter."""
+    """The adapter an OpenAI ``model`` names: an adapter's own name (vLLM's way) or ``<served name>:<adapter>``
+    (SGLang's); None for the base model (a served name, or no ``model``).  Where names mean something (LoRA on,
+    or ``--served-model-name`` set) any other name is RequestError(404) naming ``model``, as vLLM answers;
+    otherwise any name is the base model (clients send "default", "gpt-3.5-turbo", ...)."""
     reg = ctx.tm.lora
-    if reg is None or not model:
+    if not model:
         return None
-    if model in reg.adapters:
+    if reg is not None and model in reg.adapters:
         return model
-    for base in (ctx.model_name, ctx.model_path):
-        if base and model.startswith(base + ":"):
-            name = model[len(base) + 1:]
-            if name not in reg.adapters:
-                raise RequestError(400, f"model: unknown adapter {name!r} ({reg.known()})")
-            return name
-    return None
+    if model in served_names(ctx):
+        return None
+    if reg is not None:
+        for base in served_names(ctx):
+            if model.startswith(base + ":"):
+                name = model[len(base) + 1:]
+                if name not in reg.adapters:
+                    raise RequestError(404, f"model: the model `{model}` does not exist (no adapter {name!r} is "
+                                            f"loaded; {reg.known()})")
+                return name
+    if reg is None and not ctx.server_cfg.served_model_name:
+        return None
+    adapters = "" if reg is None else f"; adapters {reg.known()}"
+    listed = ctx.server_cfg.served_model_name or (ctx.model_name,)
+    raise RequestError(404, f"model: the model `{model}` does not exist (served: {', '.join(listed)}{adapters})")
 
 
 def apply_model_adapter(ctx: Any, model: Optional[str], params: dict[str, Any]) -> None:
@@ -151,6 +165,8 @@ def lora_router(ctx: Any) -> APIRouter:
         """Serve the PEFT adapter directory ``lora_path`` as ``lora_name`` (while running)."""
         require_admin("/load_lora_adapter")
         obj = await parse_body(request, LoadLoRAAdapterReqInput)
+        if obj.lora_name in served_names(ctx):  # a model name means one thing (adapter_of_model)
+            raise RequestError(400, f"lora_name: {obj.lora_name!r} is a name of the base model")
         info = await admin.load(obj.lora_name, obj.lora_path)
         from radixserve.lora.registry import lora_summary
 

@@ -14,6 +14,8 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, Stric
 from pydantic_core import PydanticCustomError
 
 from radixserve.sampling_params import SamplingParams
+from radixserve.server.openai_fields import (CHAT_IGNORED, CONTENT_PART_IGNORED, MESSAGE_IGNORED,
+                                             STREAM_OPTIONS_IGNORED, ignored_fields)
 from radixserve.tools.protocol import NamedToolChoice, ToolCall, ToolDef
 
 
@@ -64,7 +66,6 @@ UNSUPPORTED_WHEN_SET: dict[str, str] = {
     "session_params": "sessions are not supported",
     "lora_id": "LoRA adapters are named by lora_path here (SGLang's internal lora_id is not taken)",
     "custom_logit_processor": "custom logit processors are not supported",
-    "require_reasoning": "reasoning parsers are not supported",
     "background": "background requests are not supported",
     "return_bytes": "output bytes are not returned by this server",
     "return_entropy": "entropy is not returned by this server",
@@ -114,6 +115,8 @@ class _GenerateBase(BaseModel):
     cache_salt: Optional[str] = None  # vLLM's: the prompts' prefix-cache namespace (SamplingParams.cache_salt)
     # SGLang's: a loaded LoRA adapter's name for every prompt, or a list with one name or None per prompt
     lora_path: Union[str, list[Optional[str]], None] = None
+    # SGLang's: the output starts inside the model's thinking (--reasoning-parser); a constraint applies after it
+    require_reasoning: StrictBool = False
 
     @field_validator(*UNSUPPORTED_WHEN_SET, check_fields=False)
     @classmethod
@@ -185,21 +188,27 @@ class AbortReqInput(BaseModel):
     abort_all: bool = False
 
 
-class StreamOptions(BaseModel):
+class _Closed(BaseModel):
+    """An OpenAI object whose unknown keys are a 400 naming them (radixserve/server/openai_fields.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(create_model("_StreamOptionsIgnored", __base__=_Closed, **ignored_fields(STREAM_OPTIONS_IGNORED))):
     include_usage: bool = False
 
 
 class JsonSchemaFormat(BaseModel):
     """``response_format.json_schema`` of the OpenAI API."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
     name: Optional[str] = None
     description: Optional[str] = None
     schema_: Optional[dict[str, Any]] = Field(default=None, alias="schema")
     strict: Optional[bool] = None
 
 
-class ResponseFormat(BaseModel):
+class ResponseFormat(_Closed):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: Optional[JsonSchemaFormat] = None
 
@@ -210,7 +219,7 @@ OPENAI_SAMPLING_FIELDS = tuple(sampling_fields(OPENAI_EXCLUDED))
 
 
 class _OpenAIFields(BaseModel):
-    model_config = ConfigDict(allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid")  # the names: server/openai_fields.py
     model: Optional[str] = None
     max_tokens: Optional[int] = None
     min_tokens: Optional[int] = None  # SGLang's extension
@@ -221,6 +230,7 @@ class _OpenAIFields(BaseModel):
     rid: Optional[str] = None
     # structured output: OpenAI's response_format (SGLang's regex is a sampling field)
     response_format: Optional[ResponseFormat] = None
+    json_schema: Union[str, dict[str, Any], None] = None  # SGLang's: the schema response_format would give
 
 
 # Fields shared by /v1/completions and /v1/chat/completions: OpenAI's, plus every other
@@ -236,13 +246,13 @@ class CompletionRequest(_OpenAIBase):
     best_of: Optional[int] = None
 
 
-class ContentPart(BaseModel):
+class ContentPart(create_model("_ContentPartIgnored", __base__=_Closed, **ignored_fields(CONTENT_PART_IGNORED))):
     type: str
     text: Optional[str] = None
     document: StrictBool = False  # radixserve's: a text part that is a document, reusable out of order
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(create_model("_ChatMessageIgnored", __base__=_Closed, **ignored_fields(MESSAGE_IGNORED))):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: Union[str, list[ContentPart], None] = None
     name: Optional[str] = None
@@ -260,7 +270,7 @@ class ChatMessage(BaseModel):
         return isinstance(self.content, list) and any(p.document for p in self.content)
 
 
-class ChatCompletionRequest(_OpenAIBase):
+class ChatCompletionRequest(create_model("_ChatIgnored", __base__=_OpenAIBase, **ignored_fields(CHAT_IGNORED))):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Optional[int] = None
     logprobs: bool = False
@@ -268,3 +278,7 @@ class ChatCompletionRequest(_OpenAIBase):
     tools: Optional[list[ToolDef]] = None
     tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
     parallel_tool_calls: Optional[bool] = None
+    # SGLang's and vLLM's: continue the last (assistant) message instead of opening a new one
+    continue_final_message: bool = False
+    chat_template_kwargs: Optional[dict[str, Any]] = None  # SGLang's and vLLM's: extra chat-template variables
+    separate_reasoning: bool = True  # SGLang's: reasoning_content apart from content (reasoning models)

@@ -37,8 +37,10 @@ logger = logging.getLogger(__name__)
 
 class TokenizerManager:
     def __init__(self, tokenizer: Any, info: WorkerInfo, addrs: IPCAddrs, tokenizer_path: str = "",
-                 grammar_backend: str = DEFAULT_GRAMMAR_BACKEND, lora: Optional[LoRAConfig] = None) -> None:
-        """``lora``: the server's LoRA configuration (None or disabled: no adapters, ``self.lora`` None)."""
+                 grammar_backend: str = DEFAULT_GRAMMAR_BACKEND, lora: Optional[LoRAConfig] = None,
+                 reasoning_parser: str = "none") -> None:
+        """``lora``: the server's LoRA configuration (None or disabled: no adapters, ``self.lora`` None);
+        ``reasoning_parser``: the scheduler's (``SchedulerConfig.reasoning_parser``)."""
         self.tokenizer = tokenizer
         self.chat = ChatEncoder(tokenizer, tokenizer_path)
         self.info = info
@@ -47,7 +49,7 @@ class TokenizerManager:
             from radixserve.lora.registry import registry_for  # only on a server with LoRA
 
             self.lora = registry_for(lora, info.lora)
-        self.builder = RequestBuilder(Limits.of(info), grammar_backend, self.lora)
+        self.builder = RequestBuilder(Limits.of(info), grammar_backend, self.lora, reasoning_parser)
         self.to_sched = make_socket(zmq.Context.instance(), zmq.PUSH, addrs.server_to_sched, bind=False)
         self.from_detok = make_socket(zmq.asyncio.Context.instance(), zmq.PULL, addrs.detok_to_server, bind=True)
         self.states: dict[str, ReqState] = {}

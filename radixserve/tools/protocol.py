@@ -1,13 +1,18 @@
 """The OpenAI tool-calling shapes of a chat request: ``tools[i]``, a named ``tool_choice``,
-and an assistant message's ``tool_calls`` (pydantic; see docs/tool_calling.md)."""
+and an assistant message's ``tool_calls`` (pydantic; see docs/tool_calling.md).  Each takes the
+fields of OpenAI's API reference and no other: an unknown key is an error naming it."""
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
-class FunctionDef(BaseModel):
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionDef(_Closed):
     """``tools[i].function``: ``parameters`` is a JSON schema (absent: no parameters)."""
 
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
@@ -16,26 +21,28 @@ class FunctionDef(BaseModel):
     strict: Optional[bool] = None
 
 
-class ToolDef(BaseModel):
+class ToolDef(_Closed):
     type: Literal["function"]
     function: FunctionDef
 
 
-class ToolChoiceFunction(BaseModel):
+class ToolChoiceFunction(_Closed):
     name: str
 
 
-class NamedToolChoice(BaseModel):
+class NamedToolChoice(_Closed):
     type: Literal["function"]
     function: ToolChoiceFunction
 
 
-class FunctionCall(BaseModel):
+class FunctionCall(_Closed):
     name: str
     arguments: str  # JSON text, as OpenAI sends it
 
 
-class ToolCall(BaseModel):
+class ToolCall(_Closed):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
+    # a streamed call's position, sent back by clients that rebuilt the message from deltas: ignored
+    index: Optional[int] = Field(default=None, exclude=True)

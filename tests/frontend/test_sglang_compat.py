@@ -215,7 +215,8 @@ def test_frontend_lang_sglang_api_on_a_fork_branch(fl):
 def test_frontend_lang_refuses_what_has_no_meaning_here():
     import frontend_lang as sgl
 
-    for call in (lambda: sgl.image("cat.png"), lambda: sgl.video("v.mp4", 4), lambda: sgl.separate_reasoning("x")):
+    for call in (lambda: sgl.image("cat.png"), lambda: sgl.video("v.mp4", 4),
+                 lambda: sgl.separate_reasoning(sgl.gen("x"))):  # no model_type (SGLang's parser needs one)
         with pytest.raises(sgl.ProgramError):
             call()
     with pytest.raises(ValueError, match="temperature"):

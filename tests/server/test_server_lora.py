@@ -1,6 +1,6 @@
 """Multi-LoRA over HTTP (one tiny-model server with adapters a and b, tests/helpers/lora_server.py):
 /generate's ``lora_path`` (one name or one per prompt) gives PEFT's merged model's greedy tokens;
-the OpenAI routes select an adapter by ``model``; /v1/models lists the adapters; adapters load
+the OpenAI routes select an adapter by ``model`` (an unknown name is a 404); /v1/models lists the adapters; adapters load
 and unload while serving (an unload waits for the requests using it); bad paths, unknown names,
 ranks over the limit and LoRA on a server without it are 400s naming the field; the admin routes
 need an admin key; adapters never share cached prefixes.  KV invariants after every test."""
@@ -67,8 +67,9 @@ def test_openai_model_names_the_adapter(lora):
         assert complete("a") == text["a"]
         assert complete(f"{base_name}:b") == text["b"]  # SGLang's base:adapter form
         assert complete("b", lora_path="b") == text["b"]
-        assert complete(base_name) == text[None] and complete("some-other-model") == text[None]
-        _refused(c.post("/v1/completions", json={"model": f"{base_name}:zzz", "prompt": "hi"}), "model")
+        assert complete(base_name) == text[None]
+        for model in (f"{base_name}:zzz", "zzz"):  # never the base model's answer (issue 47)
+            _refused(c.post("/v1/completions", json={"model": model, "prompt": "hi"}), "model", 404)
         _refused(c.post("/v1/completions", json={"model": "a", "lora_path": "b", "prompt": "hi"}), "lora_path")
 
         def chat(model, **extra):

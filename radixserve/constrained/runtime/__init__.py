@@ -6,6 +6,8 @@
 - ``outlines_backend`` and ``outlines_state``: outlines-core, masks cached per state; indexes
   compiled in child processes by ``compile_pool`` (per-job timeout) running ``compile_worker``
 - ``fsm_state``: the per-request ``GrammarState`` contract both backends implement
+- ``reasoner_state``: ``ReasonerState``, a grammar deferred until its request's thinking ends
+  (reasoning models), with the thinking budget's forced think-end token
 - ``vocab``: the model's vocabulary as exact byte strings
 - ``jump_forward``: forced text and boundary re-tokenization (backend-independent)
 """

@@ -9,7 +9,10 @@ scheduler never touches its insides).  Who calls what (scheduler thread only):
   is replaced by ``tokens`` (valid from the state before it; ``plan_jump`` checked them).
 - ``mask(ignore_eos)`` is the allowed-token mask for the next sample, ``bool[vocab_size]``
   (callers never modify it; it may be shared): EOS ids only in accepting states and never
-  with ``ignore_eos``; special tokens never.
+  with ``ignore_eos``; special tokens never.  None means nothing is masked this step (only a
+  grammar deferred while its request thinks, ``reasoner_state.py``, returns it).
+- ``answer_start``: the index in the output of the first token the grammar constrains (0; a
+  deferred grammar's is None until its request's thinking ends).
 - ``outcome()``: None (keep going), "complete" (accepting and nothing but EOS can follow) or
   "dead" (no token can follow: the request cannot be finished).
 - jump-forward (``jump_forward.plan_jump``) reads ``forced()`` (bytes every continuation
@@ -40,9 +43,10 @@ def finish_mask(mask: np.ndarray, vocab: TokenVocab, accepting: bool) -> np.ndar
 
 class GrammarState(ABC):
     vocab: TokenVocab
+    answer_start: Optional[int] = 0
 
     @abstractmethod
-    def mask(self, ignore_eos: bool = False) -> np.ndarray: ...
+    def mask(self, ignore_eos: bool = False) -> Optional[np.ndarray]: ...
 
     @abstractmethod
     def is_accepting(self) -> bool: ...

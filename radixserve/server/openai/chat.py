@@ -11,6 +11,8 @@ come as ``delta.tool_calls`` entries (radixserve/tools/stream.py), and in ``auto
 still become a call marker is held back.  Errors name the field (``tools.0.function.
 parameters: ...``, ``tool_choice: ...``, ``messages.2.tool_call_id: ...``).  A text content part
 with ``"document": true`` is a document, reusable out of order (chat_encoder.py, radixserve/tokenizer.py).
+Reasoning models (``--reasoning-parser``, reasoning.py): ``chat_template_kwargs`` reach the template,
+the thinking comes as ``reasoning_content`` apart from ``content`` and a constraint applies after it.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from radixserve.tokenizer import Spans
 from radixserve.server.http_utils import first_and_rest, parse_body, stream_response
 from radixserve.server.lora_routes import apply_model_adapter
 from radixserve.server.openai.chat_encoder import DocumentMarks
+from radixserve.server.openai.reasoning import ChatReasoning, check_without_parser, template_kwargs
 from radixserve.server.openai.routes import ChunkStream, _openai_names, finish_str, sampling_dict, usage
 from radixserve.server.openapi_doc import body_doc
 from radixserve.server.protocol import ChatCompletionRequest
@@ -97,18 +100,23 @@ def chat_router(ctx: Any) -> APIRouter:
                             for t in st.output_logprobs[start:]]}
 
     async def respond(req: ChatCompletionRequest, states: list[ReqState], request: Request, top: Optional[int],
-                      parser: Optional[ToolParser]):
+                      parser: Optional[ToolParser], rsn: Optional[ChatReasoning]):
         base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": req.model or ctx.model_name}
         streams = {st.index: ToolCallStream(parser) for st in states} if parser is not None else {}
+        if rsn is not None and not rsn.separate:
+            rsn = None  # separate_reasoning false: the thinking stays in content
         if not req.stream:
             if not await tm.run_to_end(states, request.is_disconnected):
                 return Response(status_code=499)
             choices = []
             for st in states:
-                msg: dict[str, Any] = {"role": "assistant", "content": st.text}
+                reasoning, text = (None, st.text) if rsn is None else rsn.split(st.text)
+                msg: dict[str, Any] = {"role": "assistant", "content": text or (None if reasoning else text)}
+                if rsn is not None:
+                    msg["reasoning_content"] = reasoning
                 reason = finish_str(st)
                 if parser is not None:
-                    msg["content"], calls = streams[st.index].message(st.text)
+                    msg["content"], calls = streams[st.index].message(text)
                     if calls:
                         msg["tool_calls"] = calls
                     reason = finish_reason(reason, bool(calls))
@@ -120,26 +128,31 @@ def chat_router(ctx: Any) -> APIRouter:
         sent_text = {st.index: 0 for st in states}
         sent_lp = {st.index: 0 for st in states}
         started: set[int] = set()
+        thoughts = {st.index: rsn.stream() for st in states} if rsn is not None else {}
 
         def render(st: ReqState) -> list:
             i, reason = st.index, finish_str(st)
             tool_deltas: list = []
+            # the thinking since the last chunk, and the answer so far (the whole text without a parser)
+            thought, text = thoughts[i].step(st.text, reason is not None) if thoughts else ("", st.text)
             if parser is not None:
-                content, tool_deltas = streams[i].step(st.text, reason is not None)
+                content, tool_deltas = streams[i].step(text, reason is not None)
                 reason = finish_reason(reason, streams[i].called)
             else:
-                content = st.text[sent_text[i]:]
-            if not content and not tool_deltas and reason is None and i in started:
+                content = text[sent_text[i]:]
+            if not content and not tool_deltas and not thought and reason is None and i in started:
                 return []
             delta: dict[str, Any] = {} if i in started else {"role": "assistant"}
-            if content or parser is None or not tool_deltas and i not in started:
+            if thought:
+                delta["reasoning_content"] = thought
+            if content or not thought and (parser is None or not tool_deltas and i not in started):
                 delta["content"] = content
             if tool_deltas:
                 delta["tool_calls"] = tool_deltas
             started.add(i)
             c = {"index": i, "delta": delta, "finish_reason": reason,
                  "logprobs": None if top is None else chat_logprobs(st, sent_lp[i], top)}
-            sent_text[i], sent_lp[i] = len(st.text), len(st.output_logprobs)
+            sent_text[i], sent_lp[i] = len(text), len(st.output_logprobs)
             return chunks.chunk(c)
 
         def tail() -> list:
@@ -155,18 +168,24 @@ def chat_router(ctx: Any) -> APIRouter:
             plan = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
         except ValueError as e:
             raise RequestError(400, str(e)) from None
-        spans = None
+        spans, kw = None, template_kwargs(req)
         if any(m.has_documents() for m in req.messages):  # documents: rendered around sentinels (chat_encoder.py)
             marks = DocumentMarks()
-            ids, spans = await tm.chat.encode_documents(message_dicts(req, marks), plan.tools, marks)
+            ids, spans = await tm.chat.encode_documents(message_dicts(req, marks), plan.tools, marks,
+                                                        req.continue_final_message, template_kwargs=kw)
         else:
-            ids = await tm.chat.encode(message_dicts(req), plan.tools)
+            ids = await tm.chat.encode(message_dicts(req), plan.tools, req.continue_final_message, template_kwargs=kw)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         if max_tokens is not None and max_tokens < 0:  # named as sent (the builder would say max_tokens)
             field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
             raise RequestError(400, f"{field}: must be >= 0 (got {max_tokens})")
         params = sampling_dict(req, max_tokens, tm.info.context_len)
         apply_model_adapter(ctx, req.model, params)
+        rsn = ChatReasoning.of(ctx.engine_cfg.scheduler.reasoning_parser, req)
+        if rsn is None:
+            check_without_parser(params)
+        else:
+            rsn.params(params)  # require_reasoning: a constraint below applies after the thinking
         parser = None
         if plan.schema is not None:
             for key, field in (("json_schema", "response_format"), ("regex", "regex")):
@@ -183,6 +202,6 @@ def chat_router(ctx: Any) -> APIRouter:
                 params["stop"] = [*([stop] if isinstance(stop, str) else stop), HermesParser.close]
         top = (req.top_logprobs or 0) if req.logprobs else None
         states = submit(req, plan, ids, params, top, spans)
-        return await respond(req, states, request, top, parser)
+        return await respond(req, states, request, top, parser, rsn)
 
     return router

@@ -5,7 +5,7 @@ Only transformers' tokenizer renders a model's chat template, and importing tran
 once the server is up; the first chat request waits for it if it is not ready yet.  The
 rendered text is tokenized with the server's own (light) tokenizer, whose ids are the same.
 Tools and tool messages: the template's own format when it has one, else the Hermes default
-(radixserve/tools/prompt.py).
+(radixserve/tools/prompt.py).  ``template`` (``--chat-template``) replaces the tokenizer's template.
 
 Documents (a text part with ``"document": true``, issue 46): the template renders a unique
 sentinel string in place of each document (``DocumentMarks``), the rendered prompt is split on
@@ -56,7 +56,13 @@ class ChatEncoder:
     def __init__(self, tokenizer: Any, tokenizer_path: str) -> None:
         self.tokenizer = tokenizer
         self.tokenizer_path = tokenizer_path
+        self.template: Optional[str] = None  # --chat-template: replaces the tokenizer's (set before preload)
         self._hf: Optional[asyncio.Future] = None
+
+    def _templated(self, tok: Any) -> Any:
+        if self.template is not None:
+            tok.chat_template = self.template
+        return tok
 
     def preload(self) -> None:
         """Start loading (idempotent); call from the event loop."""
@@ -64,13 +70,13 @@ class ChatEncoder:
             return
         fut: concurrent.futures.Future = concurrent.futures.Future()
         if hasattr(self.tokenizer, "apply_chat_template"):
-            fut.set_result(self.tokenizer)
+            fut.set_result(self._templated(self.tokenizer))
         else:
             from radixserve.tokenizer import load_hf_tokenizer
 
             def load() -> None:
                 try:
-                    fut.set_result(load_hf_tokenizer(self.tokenizer_path))
+                    fut.set_result(self._templated(load_hf_tokenizer(self.tokenizer_path)))
                 except BaseException as e:
                     fut.set_exception(e)
 
@@ -87,28 +93,33 @@ class ChatEncoder:
         template has no tool support (the default rendering, radixserve/tools/prompt.py)."""
         return detect_format(getattr(await self._tokenizer(), "chat_template", None)) or "hermes"
 
-    async def encode(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
-        """Token ids of ``messages`` under the model's chat template (generation prompt added),
-        with ``tools`` (OpenAI tool dicts) rendered in the template's own way when it has one,
-        else as radixserve/tools/prompt.py's Hermes default; RequestError(400) naming ``messages`` when the
-        template refuses them."""
-        return self.tokenizer.encode(await self.render(messages, tools), add_special_tokens=False)
+    async def encode(self, messages: list[dict], tools: Optional[list[dict]] = None,
+                     continue_final: bool = False, *, template_kwargs: Optional[dict[str, Any]] = None) -> list[int]:
+        """Token ids of ``messages`` under the model's chat template (generation prompt added, or with
+        ``continue_final`` the last message left open to be continued), with ``tools`` (OpenAI tool dicts)
+        rendered in the template's own way when it has one, else as radixserve/tools/prompt.py's Hermes
+        default; RequestError(400) naming ``messages`` when the template refuses them.  ``template_kwargs``:
+        the request's ``chat_template_kwargs``, variables of the template (``enable_thinking``, ...)."""
+        text = await self.render(messages, tools, continue_final, template_kwargs=template_kwargs)
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
-    async def encode_documents(self, messages: list[dict], tools: Optional[list[dict]],
-                               marks: DocumentMarks) -> tuple[list[int], Optional[Spans]]:
+    async def encode_documents(self, messages: list[dict], tools: Optional[list[dict]], marks: DocumentMarks,
+                               continue_final: bool = False, *, template_kwargs: Optional[dict[str, Any]] = None
+                               ) -> tuple[list[int], Optional[Spans]]:
         """``encode`` for messages whose document parts are ``marks``' sentinels: the ids and the
         documents' spans (None when every document is empty)."""
-        segments = marks.segments(await self.render(messages, tools))
+        segments = marks.segments(await self.render(messages, tools, continue_final, template_kwargs=template_kwargs))
 
         def plain(text: str) -> list[int]:
             return self.tokenizer.encode(text, add_special_tokens=False)
 
         return encode_segments(segments, plain, plain)
 
-    async def render(self, messages: list[dict], tools: Optional[list[dict]] = None) -> str:
+    async def render(self, messages: list[dict], tools: Optional[list[dict]] = None,
+                     continue_final: bool = False, *, template_kwargs: Optional[dict[str, Any]] = None) -> str:
         """The prompt text of ``messages`` (see ``encode``)."""
         tok = await self._tokenizer()
-        kw: dict[str, Any] = {}
+        kw: dict[str, Any] = dict(template_kwargs or {})  # the names the server sets are refused upstream
         with_tools = bool(tools) or any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
         if with_tools and detect_format(getattr(tok, "chat_template", None)) is None:
             messages = hermes_messages(messages, tools or [])
@@ -116,8 +127,13 @@ class ChatEncoder:
             messages = hf_messages(messages)
             if tools:
                 kw["tools"] = tools
+        if continue_final:  # SGLang's and vLLM's continue_final_message (transformers renders it)
+            kw["continue_final_message"] = True
         try:
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=not continue_final, **kw)
         except Exception as e:
+            if continue_final and "continue_final_message" in str(e):
+                raise RequestError(400, "continue_final_message: cannot continue the final message with this chat "
+                                        f"template ({str(e).splitlines()[0]})") from None
             raise RequestError(400, f"messages: cannot apply the model's chat template ({e})") from None
         return text

@@ -7,7 +7,9 @@ default "last", or the request's ``pooling`` extension), then L2-normalized unle
 request says ``normalize: false`` (an extension).  ``encoding_format`` "base64" (what the
 official ``openai`` package asks for) is the little-endian float32 bytes, base64-encoded.
 ``dimensions`` must be absent or the model's hidden size (no truncation); ``user`` is
-accepted and ignored.  Bad input gets a 400 naming the field (``input.2: ...``).
+accepted and ignored.  Bad input gets a 400 naming the field (``input.2: ...``), an unknown field
+too; ``model`` is checked as on the other OpenAI routes (``lora_routes.adapter_of_model``: a 404
+for a name the server does not serve, a 400 for an adapter's).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, WithJsonSchema
 
 from radixserve.embedding import finalize
 from radixserve.server.http_utils import parse_body
+from radixserve.server.lora_routes import adapter_of_model
 from radixserve.server.openapi_doc import body_doc
 from radixserve.server.req_state import RequestError
 
@@ -30,7 +33,7 @@ _INPUT_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, 
 
 
 class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid")  # the names: server/openai_fields.py
     input: Annotated[Any, WithJsonSchema(_INPUT_SCHEMA)]
     model: Optional[str] = None
     encoding_format: Literal["float", "base64"] = "float"
@@ -82,6 +85,8 @@ def embeddings_router(ctx: Any) -> APIRouter:
     @router.post("/v1/embeddings", openapi_extra=body_doc(EmbeddingRequest))
     async def embeddings(request: Request):
         req = await parse_body(request, EmbeddingRequest)
+        if adapter_of_model(ctx, req.model) is not None:  # an unknown name: a 404 (lora_routes.py)
+            raise RequestError(400, f"model: {req.model!r} is a LoRA adapter; embeddings are the base model's")
         hidden = tm.info.hidden_size
         if req.dimensions is not None and req.dimensions != hidden:
             raise RequestError(400, f"dimensions: this model's embeddings have {hidden} dimensions "

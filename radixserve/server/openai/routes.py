@@ -6,8 +6,10 @@ extension is accepted too).  Choices are ordered prompt-major (choice ``i * n + 
 counts each prompt once and reports ``prompt_tokens_details.cached_tokens``.  Errors use
 OpenAI's names for the fields (``max_tokens``, ``prompt``, ``messages``...).  ``echo`` and
 prompt logprobs on /v1/completions: see ``completion_view.py``.  A ``model`` that names a loaded
-LoRA adapter (or ``<base model>:<adapter>``) generates with it (``lora_routes.apply_model_adapter``);
-/v1/models lists the base model and each adapter (``parent``: the base model).
+LoRA adapter (or ``<served name>:<adapter>``) generates with it (``lora_routes.apply_model_adapter``); with
+LoRA on or ``--served-model-name`` set, any name but those and the served names is a 404 naming ``model``.
+/v1/models lists the served names and each adapter (``parent``: the first served name).  A body's unknown
+field is a 400 naming it (the fields each route takes: ``server/openai_fields.py``).
 """
 from __future__ import annotations
 
@@ -50,6 +52,10 @@ def sampling_dict(req: Any, max_tokens: Optional[int], default_max: int) -> dict
         if rf.json_schema is None or rf.json_schema.schema_ is None:
             raise RequestError(400, "response_format.json_schema.schema: required for type json_schema")
         d["json_schema"] = rf.json_schema.schema_
+    if getattr(req, "json_schema", None) is not None:  # SGLang's extension field
+        if "json_schema" in d:
+            raise RequestError(400, "json_schema: give either json_schema or response_format, not both")
+        d["json_schema"] = req.json_schema
     if "json_schema" in d and "regex" in d:
         raise RequestError(400, "regex: give either regex or response_format, not both")
     return d
@@ -106,9 +112,9 @@ def openai_router(ctx: Any) -> APIRouter:
 
     @router.get("/v1/models")
     async def models():
-        base = {"id": ctx.model_name, "object": "model", "created": 0, "owned_by": "radixserve",
-                "root": ctx.model_path, "max_model_len": tm.info.context_len}
-        return {"object": "list", "data": [base, *adapter_cards(ctx)]}
+        bases = [{"id": name, "object": "model", "created": 0, "owned_by": "radixserve", "root": ctx.model_path,
+                  "max_model_len": tm.info.context_len} for name in ctx.server_cfg.served_model_name or [ctx.model_name]]
+        return {"object": "list", "data": [*bases, *adapter_cards(ctx)]}
 
     async def respond(req: Any, states: list[ReqState], request: Request, top: Optional[int],
                       view: CompletionView):
