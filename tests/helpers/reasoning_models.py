@@ -156,3 +156,20 @@ def build_tiny_reasoner(smol_dir: str, path: str, template: str = QWEN3_TEMPLATE
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def qwen3_server(tmp_path_factory, smol_dir: str, name: str):
+    """A module fixture's body: a tiny Qwen 3 reasoner served with ``--reasoning-parser qwen3``."""
+    from tests.helpers.server_harness import ServerHandle
+
+    path = build_tiny_reasoner(smol_dir, str(tmp_path_factory.mktemp(name)))
+    srv = ServerHandle(path, "--reasoning-parser", "qwen3", "--max-total-tokens", "4096").wait_ready()
+    yield srv
+    srv.stop()
+
+
+def openai_client(srv):
+    """The official ``openai`` client on ``srv``'s /v1 (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)

@@ -16,7 +16,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.helpers.reasoning_models import DEEPSEEK_R1_TEMPLATE, build_tiny_reasoner
+from tests.helpers.reasoning_models import openai_client, qwen3_server, DEEPSEEK_R1_TEMPLATE, build_tiny_reasoner
 from tests.helpers.server_harness import ServerHandle
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 99}},
@@ -29,15 +29,12 @@ ASK = [{"role": "user", "content": "What is six times seven?"}]
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory, smol_dir):
-    path = build_tiny_reasoner(smol_dir, str(tmp_path_factory.mktemp("qwen3_reasoner")))
-    srv = ServerHandle(path, "--reasoning-parser", "qwen3", "--max-total-tokens", "4096").wait_ready()
-    yield srv
-    srv.stop()
+    yield from qwen3_server(tmp_path_factory, smol_dir, "qwen3_reasoner")
 
 
 @pytest.fixture(scope="module")
 def oai(qwen3):
-    return openai.OpenAI(base_url=qwen3.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    return openai_client(qwen3)
 
 
 def reasoning(obj) -> object:

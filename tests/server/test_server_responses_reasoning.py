@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 
 import jsonschema
-import openai
 import pytest
 
-from tests.helpers.reasoning_models import build_tiny_reasoner
-from tests.helpers.server_harness import ServerHandle
+from tests.helpers.reasoning_models import openai_client, qwen3_server
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 99}},
           "required": ["answer"]}
@@ -21,15 +19,12 @@ TEXT = {"format": {"type": "json_schema", "name": "answer", "schema": ANSWER}}
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory, smol_dir):
-    path = build_tiny_reasoner(smol_dir, str(tmp_path_factory.mktemp("qwen3_responses")))
-    srv = ServerHandle(path, "--reasoning-parser", "qwen3", "--max-total-tokens", "4096").wait_ready()
-    yield srv
-    srv.stop()
+    yield from qwen3_server(tmp_path_factory, smol_dir, "qwen3_responses")
 
 
 @pytest.fixture(scope="module")
 def oai(qwen3):
-    return openai.OpenAI(base_url=qwen3.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    return openai_client(qwen3)
 
 
 def test_reasoning_item_before_the_answer_streamed_and_not(oai):

@@ -64,6 +64,32 @@ def message_dicts(req: ChatCompletionRequest, marks: Optional[DocumentMarks] = N
     return out
 
 
+async def constrain_for_tools(tm: Any, plan: ToolPlan, params: dict[str, Any], rsn: Optional[ChatReasoning],
+                              parallel_tool_calls: Optional[bool], conflict: Optional[str]) -> Optional[ToolParser]:
+    """Shared by the chat and Responses routes: set up ``params`` (mutated) for the reasoning
+    parser ``rsn`` and the tool plan (a forced call's JSON schema; with the hermes format and
+    ``parallel_tool_calls`` False, a stop after one call) and return the output's tool-call
+    parser (None: no tools).  ``conflict``: the request field that already constrains the
+    output (a forced tool call cannot be combined with it: RequestError 400 naming it)."""
+    if rsn is None:
+        check_without_parser(params)
+    else:
+        rsn.params(params)  # require_reasoning: a constraint below applies after the thinking
+    if plan.schema is not None:
+        if conflict is not None:
+            choice = "'required'" if plan.mode == "required" else "naming a function"
+            raise RequestError(400, f"{conflict}: cannot be combined with tool_choice {choice}")
+        params["json_schema"] = plan.schema
+        return make_parser("json", plan.names)
+    if plan.mode != "auto":
+        return None
+    fmt = await tm.chat.tool_format()
+    if fmt == "hermes" and parallel_tool_calls is False:  # one call: stop after it
+        stop = params.get("stop") or []
+        params["stop"] = [*([stop] if isinstance(stop, str) else stop), HermesParser.close]
+    return make_parser(fmt, plan.names)
+
+
 def chat_router(ctx: Any) -> APIRouter:
     """The chat route over ``ctx`` (the app's ``ServerContext``)."""
     tm = ctx.tm
@@ -182,24 +208,8 @@ def chat_router(ctx: Any) -> APIRouter:
         params = sampling_dict(req, max_tokens, tm.info.context_len)
         apply_model_adapter(ctx, req.model, params)
         rsn = ChatReasoning.of(ctx.engine_cfg.scheduler.reasoning_parser, req)
-        if rsn is None:
-            check_without_parser(params)
-        else:
-            rsn.params(params)  # require_reasoning: a constraint below applies after the thinking
-        parser = None
-        if plan.schema is not None:
-            for key, field in (("json_schema", "response_format"), ("regex", "regex")):
-                if key in params:
-                    choice = "'required'" if plan.mode == "required" else "naming a function"
-                    raise RequestError(400, f"{field}: cannot be combined with tool_choice {choice}")
-            params["json_schema"] = plan.schema
-            parser = make_parser("json", plan.names)
-        elif plan.mode == "auto":
-            fmt = await tm.chat.tool_format()
-            parser = make_parser(fmt, plan.names)
-            if fmt == "hermes" and req.parallel_tool_calls is False:  # one call: stop after it
-                stop = params.get("stop") or []
-                params["stop"] = [*([stop] if isinstance(stop, str) else stop), HermesParser.close]
+        conflict = next((f for k, f in (("json_schema", "response_format"), ("regex", "regex")) if k in params), None)
+        parser = await constrain_for_tools(tm, plan, params, rsn, req.parallel_tool_calls, conflict)
         top = (req.top_logprobs or 0) if req.logprobs else None
         states = submit(req, plan, ids, params, top, spans)
         return await respond(req, states, request, top, parser, rsn)

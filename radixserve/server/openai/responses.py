@@ -30,7 +30,8 @@ from fastapi.responses import Response, StreamingResponse
 from radixserve.reasoning.formats import reasoning_format, think_token_ids
 from radixserve.server.http_utils import SSE_DONE, first_and_rest, parse_body
 from radixserve.server.lora_routes import apply_model_adapter
-from radixserve.server.openai.reasoning import ChatReasoning, check_without_parser, template_kwargs
+from radixserve.server.openai.chat import constrain_for_tools
+from radixserve.server.openai.reasoning import ChatReasoning, template_kwargs
 from radixserve.server.openai.responses_events import OutputBuilder
 from radixserve.server.openai.responses_items import (chat_messages, chat_tool_choice, chat_tools, format_schema,
                                                       input_items, new_id)
@@ -39,7 +40,6 @@ from radixserve.server.openai.responses_store import ResponseStore
 from radixserve.server.openapi_doc import body_doc
 from radixserve.server.req_state import ReqState, RequestError
 from radixserve.server.tenancy.accounting import current_key
-from radixserve.tools.parsers import HermesParser, make_parser
 from radixserve.tools.spec import plan_tools
 
 _RENAMES = {"sampling_params.max_new_tokens": "max_output_tokens", "sampling_params.json_schema": "text.format",
@@ -157,23 +157,8 @@ def responses_router(ctx: Any) -> APIRouter:
         if schema is not None:
             params["json_schema"] = schema
         apply_model_adapter(ctx, req.model, params)
-        if rsn is None:
-            check_without_parser(params)
-        else:
-            rsn.params(params)  # a constraint below applies after the thinking
-        parser = None
-        if plan.schema is not None:
-            if schema is not None:
-                choice = "'required'" if plan.mode == "required" else "naming a function"
-                raise RequestError(400, f"text.format: cannot be combined with tool_choice {choice}")
-            params["json_schema"] = plan.schema
-            parser = make_parser("json", plan.names)
-        elif plan.mode == "auto":
-            fmt = await tm.chat.tool_format()
-            parser = make_parser(fmt, plan.names)
-            if fmt == "hermes" and req.parallel_tool_calls is False:  # one call: stop after it
-                stop = params.get("stop") or []
-                params["stop"] = [*([stop] if isinstance(stop, str) else stop), HermesParser.close]
+        parser = await constrain_for_tools(tm, plan, params, rsn, req.parallel_tool_calls,
+                                           "text.format" if schema is not None else None)
         try:
             states = tm.submit(tm.build([ids], [params], ["input"], None))
         except RequestError as e:

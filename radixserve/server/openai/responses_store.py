@@ -13,9 +13,10 @@ commits in tens of microseconds).
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from typing import Any, Optional
+
+from radixserve.server.tenancy.usage_db import connect_sqlite
 
 MEMORY_LIMIT = 10_000
 
@@ -36,11 +37,7 @@ class ResponseStore:
         Raises ``sqlite3.Error`` when the file cannot be opened."""
         self.path = path or ":memory:"
         self.bounded = not path
-        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        if path:
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA busy_timeout=2000")
+        self.conn = connect_sqlite(path)
         self.conn.execute(_SCHEMA)
 
     def put(self, response: dict[str, Any], conversation: list[dict[str, Any]], owner: str = "") -> None:

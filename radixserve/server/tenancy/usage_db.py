@@ -41,16 +41,23 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+
+def connect_sqlite(path: Optional[str]) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` (None: in memory) in autocommit mode, usable from
+    any thread, with write-ahead logging for a file; raises ``sqlite3.Error``."""
+    conn = sqlite3.connect(path or ":memory:", isolation_level=None, check_same_thread=False)
+    if path:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=2000")
+    return conn
+
 class UsageDB:
     def __init__(self, path: Optional[str]) -> None:
         """Open (creating) ``path``; None keeps the records in memory only.
         Raises ``sqlite3.Error`` when the file cannot be opened."""
         self.path = path or ":memory:"
-        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        if path:
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute("PRAGMA busy_timeout=2000")
+        self.conn = connect_sqlite(path)
         self.conn.execute(_SCHEMA)
 
     def add(self, name: str, periods: Iterable[tuple[str, float]], prompt: int, cached: int, completion: int,
