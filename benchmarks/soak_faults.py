@@ -170,11 +170,14 @@ def stall_detokenizer(sup: Supervisor, times: int, seconds: float, gap: float, s
 
 
 def kill_worker(sup: Supervisor, log: list[str], exit_timeout: float = 15.0) -> Optional[int]:
-    """SIGKILL the model worker; return the server's exit code (None: it did not exit in time)."""
-    pid = sup.pids()["worker"]
+    """SIGKILL the process that holds the model (with one rank the scheduler, ``worker/local.py``);
+    return the server's exit code (None: it did not exit in time)."""
+    pids = sup.pids()
+    name = "worker" if "worker" in pids else "scheduler"
+    pid = pids[name]
     sup.begin_outage()
     os.kill(pid, signal.SIGKILL)
     t0 = time.monotonic()
     rc = sup.wait_exit(exit_timeout)
-    log.append(f"SIGKILL worker {pid}: server exited with {rc} after {time.monotonic() - t0:.1f} s")
+    log.append(f"SIGKILL model {name} {pid}: server exited with {rc} after {time.monotonic() - t0:.1f} s")
     return rc

@@ -9,7 +9,9 @@ installed torch, with ``-O3 -march=native`` for the machine at hand (``$RADIXSER
 overrides ``native``: ``x86-64-v3`` builds the AVX2 code, which runs on any newer CPU), into
 ``$RADIXSERVE_CACHE/kernels/<hash>/`` (the hash covers the source, the compile command, the torch
 version, the compiler and the CPU), and loads it as ``torch.ops.radixserve_cpu``; later starts load the
-cached library.  It logs one line when it compiles.  It returns False, and logs one warning,
+cached library.  It logs the "kernels" start-up stage (``radixserve.proc.stages``): a line as the
+compile starts, one every few seconds with the sources done, one at its end; one line when it loads
+the cached library.  It returns False, and logs one warning,
 when there is no compiler, the build fails or ``RADIXSERVE_CPU_KERNEL=off``; the caller then
 uses the torch_native backend.  Nothing here needs triton, ninja or pybind11.
 """
@@ -21,13 +23,13 @@ import os
 import shutil
 import subprocess
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Optional
 
 import torch
 
 from radixserve.kernels.kv_formats import KV_FORMATS  # noqa: F401 - the native ops' kv_format codes
+from radixserve.proc import stages
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +91,20 @@ def _compile(cxx: str, out: str) -> None:
     this way."""
     objs = [f"{out}.{i}.o" for i in range(len(SOURCES))]
     flags = _compile_flags()
+    workers = min(len(SOURCES), _cpus())
     try:
-        with ThreadPoolExecutor(max_workers=min(len(SOURCES), _cpus())) as pool:
-            for f in [pool.submit(_run, [cxx, *flags, "-c", src, "-o", obj])
-                      for src, obj in zip(SOURCES, objs)]:
-                f.result()
-        _run([cxx, *objs, "-o", out, *_link_flags()])
+        with stages.stage("kernels", f"compiling {len(SOURCES)} C++ sources of {SOURCE_DIR} with {cxx}, {workers} at "
+                          "a time, once per machine", total=len(SOURCES) + 1, unit="steps") as progress:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(_run, [cxx, *flags, "-c", src, "-o", obj]): src
+                           for src, obj in zip(SOURCES, objs)}
+                for f in as_completed(futures):
+                    f.result()
+                    progress.step(os.path.basename(futures[f]))
+            progress.working_on("linking")
+            _run([cxx, *objs, "-o", out, *_link_flags()])
+            progress.step()
+            progress.result(f"into {os.path.dirname(out)}")
     finally:
         for obj in objs:
             if os.path.exists(obj):
@@ -111,20 +121,22 @@ def _build() -> str:
         with open(path, "rb") as f:
             source += f.read()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    flags = " ".join(_compile_flags() + _link_flags())
-    key = hashlib.sha1(b"\0".join([source, torch.__version__.encode(), version.encode(), flags.encode(),
-                                   _cpu_model().encode()])).hexdigest()[:16]
+    # the flags name torch's folder, which differs in each virtual environment (a clean clone's
+    # fresh one each CI run): the key names the torch build (version and commit) instead, so every
+    # environment with the same torch, sources, flags, compiler and CPU loads the same library
+    flags = " ".join(_compile_flags() + _link_flags()).replace(os.path.dirname(torch.__file__), "<torch>")
+    key = hashlib.sha1(b"\0".join([source, torch.__version__.encode(), str(torch.version.git_version).encode(),
+                                   version.encode(), flags.encode(), _cpu_model().encode()])).hexdigest()[:16]
     _state["key"] = key
     out_dir = os.path.join(_cache_dir(), key)
     lib = os.path.join(out_dir, "radixserve_cpu.so")
     if os.path.exists(lib):
+        stages.note("kernels", f"cached ({lib})")
         return lib
     os.makedirs(out_dir, exist_ok=True)
     tmp = f"{lib}.{os.getpid()}.tmp"
-    t0 = time.perf_counter()
     _compile(cxx, tmp)
     os.replace(tmp, lib)
-    logger.info("cpu kernels: compiled %s in %.1f s -> %s", SOURCE_DIR, time.perf_counter() - t0, lib)
     return lib
 
 

@@ -20,6 +20,7 @@ SpeculativeAlgorithm = Literal["none", "ngram", "draft"]
 Pooling = Literal["last", "mean"]
 GrammarBackendName = Literal["outlines", "llguidance"]
 HiCacheWritePolicy = Literal["write_through", "write_back"]
+DocumentSelect = Literal["first", "deviation"]  # scheduler/documents.py, worker/doc_select.py
 HiCacheStorage = Literal["none", "file"]
 HiCacheKVDtype = Literal["auto", "int8", "fp8_e4m3"]  # fp8_e5m2 measured under 97% agreement: not offered
 KVCacheDtype = Literal["auto", "bf16", "int8", "fp8_e4m3", "fp8_e5m2"]
@@ -282,7 +283,9 @@ class SchedulerConfig:
 
     Order-free document reuse (issue 46): ``document_recompute`` is the share (0 to 1) of a
     reused document's tokens recomputed when a request places it at a new position, for
-    requests that do not set ``SamplingParams.document_recompute`` themselves.
+    requests that do not set ``SamplingParams.document_recompute`` themselves; ``document_select``
+    picks those tokens: "first" (each document's first ones) or "deviation" (the worker's layer-1 probe,
+    ``worker/doc_select.py``), unless ``SamplingParams.document_select`` says.
 
     Reasoning models (docs/REASONING.md): ``reasoning_parser`` names the model's thinking format
     (SGLang's names; "none": no reasoning).  A request that thinks (``SamplingParams.require_reasoning``)
@@ -315,6 +318,10 @@ class SchedulerConfig:
     document_recompute: float = field(default=0.15, metadata={"help": (
         "share (0 to 1) of a reused document's tokens recomputed at its new position, unless a request sets "
         "sampling_params.document_recompute (default: 0.15)")})
+    document_select: DocumentSelect = field(default="first", metadata={"help": (
+        "which of a reused document's tokens are recomputed: first (its first tokens, EPIC) or deviation (those "
+        "whose layer-1 K/V differ most from the reused ones, CacheBlend), unless a request sets "
+        "sampling_params.document_select (default: first)")})
     reasoning_parser: ReasoningParserName = field(default="none", metadata={"help": (
         "the model's thinking format, SGLang's names: qwen3, qwen3-thinking, deepseek-r1, deepseek-v3; splits "
         "reasoning_content from content and defers constraints until the thinking ends (default: none)")})

@@ -91,7 +91,9 @@ class SamplingParams:
     ``document_recompute`` (0 to 1; None: the server's ``--document-recompute``) is the share of
     the tokens of a prompt's documents (``segments`` marked ``document``, radixserve/tokenizer.py)
     recomputed when their cached KV is reused at another position; it changes nothing for a
-    prompt without documents.
+    prompt without documents.  ``document_select`` ("first" or "deviation"; None: the server's
+    ``--document-select``) says which of those tokens: each document's first, or those whose
+    layer-1 K/V deviate most from the reused KV (docs/DOCUMENTS.md).
 
     Reasoning models (docs/REASONING.md; the server's ``--reasoning-parser``): ``require_reasoning``
     (SGLang's field) says the output starts inside the model's thinking block, so a constraint
@@ -136,6 +138,7 @@ class SamplingParams:
     cache_salt: Optional[str] = None
     lora_path: Optional[str] = None
     document_recompute: Optional[float] = None
+    document_select: Optional[str] = None
     require_reasoning: bool = False
     thinking_token_budget: Optional[int] = None
 
@@ -234,6 +237,8 @@ class SamplingParams:
         if self.document_recompute is not None and not (is_num(self.document_recompute)
                                                         and 0.0 <= self.document_recompute <= 1.0):
             bad("document_recompute", "must be a number in [0, 1] (None: the server's --document-recompute)")
+        if self.document_select is not None and self.document_select not in ("first", "deviation"):
+            bad("document_select", "must be first or deviation (None: the server's --document-select)")
         if self.structural_tag is not None:
             bad("structural_tag", "not supported by this server (use regex, json_schema, choices or ebnf)")
         if self.stop_token_ids is not None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -121,7 +122,10 @@ def parse_segment(raw: Any, name: str) -> Segment:
         raise ValueError(f'{name}: must be an object {{"text": ...}} or {{"input_ids": [...]}} with "document"')
     unknown = sorted(set(raw) - SEGMENT_KEYS, key=str)
     if unknown:
-        raise ValueError(f"{name}.{unknown[0]}: unknown segment key (known: document, input_ids, text)")
+        # a client's key may hold anything: quoted where it is not a plain name (as validation.py names fields)
+        key = str(unknown[0])
+        key = key if re.fullmatch(r"[\w\-]+", key) else json.dumps(key).replace(" ", "\\u0020")
+        raise ValueError(f"{name}.{key}: unknown segment key (known: document, input_ids, text)")
     text, ids, doc = raw.get("text"), raw.get("input_ids"), raw.get("document", False)
     if (text is None) == (ids is None):
         raise ValueError(f"{name}: give exactly one of text and input_ids")

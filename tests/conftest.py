@@ -25,6 +25,14 @@ def smol_dir() -> str:
 
 
 @pytest.fixture(scope="session")
+def smol_hf(smol_dir):
+    """HF transformers' fp32 SmolLM2, the oracle of the real-weights tests (loaded once)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, smol_dir) -> str:
     """A 2-layer random Llama (GQA 4:2, qkv without bias) with SmolLM2's tokenizer."""
     return build_tiny_llama(smol_dir, str(tmp_path_factory.mktemp("tiny_llama")))
@@ -44,10 +52,12 @@ def tiny_engine(tiny_dir):
 
 @pytest.fixture(scope="session")
 def smol_server(smol_dir):
-    """One SmolLM2 server (fp32, 4096 KV slots) for the session's slow HTTP tests."""
+    """One SmolLM2 server (fp32, 30000 KV slots: room for the examples' and the constrained
+    cases' batches) for the session's slow HTTP tests: one start of the real model, not one
+    per module."""
     from tests.helpers.server_harness import ServerHandle
 
-    srv = ServerHandle(smol_dir, "--max-total-tokens", "4096").wait_ready()
+    srv = ServerHandle(smol_dir, "--max-total-tokens", "30000").wait_ready()
     yield srv
     srv.stop()
 

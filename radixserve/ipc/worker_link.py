@@ -67,6 +67,10 @@ class StepReq:
     reuse_src: Optional[np.ndarray] = None
     reuse_dst: Optional[np.ndarray] = None
     reuse_shift: Optional[np.ndarray] = None
+    # "deviation": ``compute`` may overlap ``reuse_dst`` (candidates the scheduler would compute);
+    # the worker may compute other candidates instead, as many, by their layer-1 K/V deviation
+    # (worker/doc_select.py); the indices outside ``reuse_dst`` stay computed.  "first": as given
+    doc_select: str = "first"
 
 
 @dataclass

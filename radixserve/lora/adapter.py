@@ -84,6 +84,11 @@ def _check(cfg: dict, path: str, field: str) -> None:
     r = cfg.get("r")
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"{field}: {path!r}: adapter_config.json 'r' must be a positive integer")
+    patterns = cfg.get("alpha_pattern") or {}
+    alphas = [cfg.get("lora_alpha", r), *(patterns.values() if isinstance(patterns, dict) else [None])]
+    if not all(isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) for a in alphas):
+        raise ValueError(f"{field}: {path!r}: adapter_config.json 'lora_alpha' and the values of 'alpha_pattern' "
+                         "must be finite numbers")
 
 
 def _scale(cfg: dict, module_key: str, r: int) -> float:
@@ -126,6 +131,8 @@ def _shapes(path: str, field: str) -> dict[str, tuple[int, ...]]:
     try:
         with open(file, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
+            if n > os.fstat(f.fileno()).st_size - 8:  # a garbage length: f.read(n) overflows or allocates it
+                raise ValueError(f"header length {n} exceeds the file")
             header = json.loads(f.read(n))
         return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
     except (OSError, ValueError, KeyError, TypeError) as e:

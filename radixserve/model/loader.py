@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 import torch
 
+from radixserve.proc import stages
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -62,12 +64,13 @@ def _gguf_to_hf_dir(gguf_path: str, show_progress: bool) -> str:
     name = os.path.basename(gguf_path).removesuffix(".gguf")
     target = os.path.join(cache_root(), "gguf", f"{name}-{st.st_size}-{int(st.st_mtime)}-{GGUF_LAYOUT}")
     if os.path.exists(os.path.join(target, "done")):
+        stages.note("conversion", f"cached ({target})")
         return target
-    logger.info("converting %s to a Hugging Face directory in %s (once)", gguf_path, target)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(target))
     try:
-        convert_gguf(gguf_path, tmp, os.path.join(cache_root(), "gguf-tokenizers"))
+        with stages.stage("conversion", f"{gguf_path} to a Hugging Face directory in {target}, once"):
+            convert_gguf(gguf_path, tmp, os.path.join(cache_root(), "gguf-tokenizers"))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

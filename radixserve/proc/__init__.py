@@ -1,8 +1,9 @@
 """Child processes, the lowest layer (no torch import): ``child.py`` is the child side
 (``setup_child``: logging, signals, the parent-death watchdog), ``supervisor.py`` the parent
 side (one ``Supervisor`` starts, watches and stops named children; the HTTP launcher, a
-node's tensor-parallel launcher and the in-process Engine's TP group use it), and
-``stop_signals.py`` a launcher's own SIGINT/SIGTERM.
+node's tensor-parallel launcher and the in-process Engine's TP group use it),
+``stop_signals.py`` a launcher's own SIGINT/SIGTERM, and ``stages.py`` the start-up stages'
+log lines (a line as each starts and ends, progress while it runs), written by every process.
 
 Shutdown, in short: signals to the whole process group reach only the launcher (children
 ignore SIGINT/SIGTERM/SIGHUP); the launcher's first SIGINT/SIGTERM starts the orderly stop,

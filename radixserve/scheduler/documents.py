@@ -14,7 +14,11 @@ How a request with ``doc_spans`` runs:
 2. **Placement at admission** (``place``): after the exact prefix match, each document span past
    it is looked up in the document namespace.  Its first ``round(share * n)`` tokens are
    recomputed (EPIC's repair of the per-document attention sink; ``share`` is
-   ``sampling.document_recompute`` or the server's ``document_recompute``); the rest are reused:
+   ``sampling.document_recompute`` or the server's ``document_recompute``); the rest are reused.
+   With ``select`` "deviation" (``sampling.document_select`` or the server's ``document_select``)
+   every document token with cached KV is a candidate (``reuse_*``), its first ones marked computed
+   (``recompute_pos``), and the worker may compute other candidates instead, as many per window
+   (``worker/doc_select.py``, CacheBlend's choice by KV deviation); the candidates' KV is copied:
    their KV is copied into the request's own slots with the keys rotated from where they were
    computed to the span's position (``worker/doc_kv.py``).  Non-document tokens and the last prompt token
    are always computed.  The documents' tree nodes stay locked until the request releases its row.
@@ -57,9 +61,11 @@ class DocState:
 
     pending: set[str] = field(default_factory=set)
     share: float = 0.15
+    select: str = "first"  # "deviation": the worker picks which candidates to compute
     reuse_pos: Optional[np.ndarray] = None  # sorted prompt positions whose KV is copied
     reuse_src: Optional[np.ndarray] = None  # the document slot of each
     reuse_shift: Optional[np.ndarray] = None  # the rotary shift of each (the span's start)
+    recompute_pos: Optional[np.ndarray] = None  # sorted reuse_pos computed all the same ("deviation")
     nodes: list[TreeNode] = field(default_factory=list)  # locked document nodes
     computed: Optional[np.ndarray] = None  # sorted prompt positions the steps compute (from the match on)
 
@@ -110,7 +116,8 @@ def place(req: Req, exact: int, lookup: Callable, unlock: Callable) -> None:
     st: DocState = req.doc
     last = req.fill_len - 1  # its logits give the next token: always computed
     pre = preamble(req)
-    pos, src, shift = [], [], []
+    pos, src, shift, first = [], [], [], []
+    candidates = st.select == "deviation"
     recomputed = 0
     for s, e in req.doc_spans or ():
         if e <= exact:
@@ -121,19 +128,23 @@ def place(req: Req, exact: int, lookup: Callable, unlock: Callable) -> None:
         m = 0 if found is None else len(found[0]) - len(pre)  # of the document's own tokens
         a, b = max(lo, s + k), min(e, s + m, last)
         if a < b:  # computed at len(pre).., placed at s..
-            pos.append(np.arange(a, b))
-            src.append(np.asarray(found[0][len(pre) + a - s: len(pre) + b - s], dtype=np.int64))
-            shift.append(np.full(b - a, s - len(pre), dtype=np.int64))
+            a0 = lo if candidates else a  # (candidates: the first ones too, computed unless the worker swaps)
+            pos.append(np.arange(a0, b))
+            first.append(np.arange(a0, a))
+            src.append(np.asarray(found[0][len(pre) + a0 - s: len(pre) + b - s], dtype=np.int64))
+            shift.append(np.full(b - a0, s - len(pre), dtype=np.int64))
             st.nodes.append(found[1])
         elif found is not None:
             unlock(found[1])
         recomputed += (e - lo) - max(0, b - a)
     if pos:
         st.reuse_pos, st.reuse_src, st.reuse_shift = np.concatenate(pos), np.concatenate(src), np.concatenate(shift)
+        st.recompute_pos = np.concatenate(first).astype(np.int64)
         mask = np.ones(req.fill_len - exact, dtype=bool)
         mask[st.reuse_pos - exact] = False
+        mask[st.recompute_pos - exact] = True
         st.computed = exact + np.nonzero(mask)[0]
-    req.doc_reused = 0 if st.reuse_pos is None else len(st.reuse_pos)
+    req.doc_reused = 0 if st.reuse_pos is None else len(st.reuse_pos) - len(st.recompute_pos)
     req.doc_recomputed = recomputed
 
 
@@ -143,7 +154,7 @@ def clear_placement(req: Req) -> list[TreeNode]:
     if st is None:
         return []
     nodes, st.nodes = st.nodes, []
-    st.reuse_pos = st.reuse_src = st.reuse_shift = st.computed = None
+    st.reuse_pos = st.reuse_src = st.reuse_shift = st.recompute_pos = st.computed = None
     return nodes
 
 
@@ -170,7 +181,8 @@ def to_compute(req: Req, start: int) -> int:
 
 def step_fields(req: Req, start: int, slots: np.ndarray) -> Optional[tuple[np.ndarray, ...]]:
     """(compute, reuse_src, reuse_dst, reuse_shift) of the window at ``start`` (``slots``: its row
-    slots), or None when the window computes every token."""
+    slots), or None when the window computes every token.  ``compute`` and the reused slots overlap
+    in the candidates computed all the same (``select`` "deviation")."""
     st: Optional[DocState] = req.doc
     if st is None or st.reuse_pos is None:
         return None
@@ -181,6 +193,9 @@ def step_fields(req: Req, start: int, slots: np.ndarray) -> Optional[tuple[np.nd
     keep = np.ones(len(slots), dtype=bool)
     at = st.reuse_pos[i:j] - start
     keep[at] = False
+    if st.recompute_pos is not None and len(st.recompute_pos):
+        u, v = np.searchsorted(st.recompute_pos, [start, end])
+        keep[st.recompute_pos[u:v] - start] = True
     return (np.nonzero(keep)[0].astype(np.int64), st.reuse_src[i:j], slots[at].astype(np.int64),
             st.reuse_shift[i:j])
 
@@ -193,7 +208,8 @@ class DocumentRequests:
         self._waiters: dict[str, list[Req]] = {}
         self.used = False  # a request marked documents (the scheduler filters outputs from then on)
 
-    def add(self, req: Req, kv, default_share: float, refusal: Optional[str]) -> list[Req]:
+    def add(self, req: Req, kv, default_share: float, refusal: Optional[str],
+            default_select: str = "first") -> list[Req]:
         """Set up ``req.doc`` (or ``req.doc_fallback`` with every document token recomputed);
         returns the internal requests to queue for documents not cached yet (one per distinct
         document, shared with the requests already waiting for it)."""
@@ -204,7 +220,8 @@ class DocumentRequests:
             req.doc_recomputed = sum(e - s for s, e in req.doc_spans or ())
             return []
         share = req.sampling.document_recompute
-        req.doc = DocState(share=default_share if share is None else float(share))
+        select = req.sampling.document_select or default_select
+        req.doc = DocState(share=default_share if share is None else float(share), select=select)
         if req.doc.share >= 1.0:
             return []  # everything recomputed: a plain prefill
         new = []

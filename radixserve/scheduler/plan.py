@@ -30,6 +30,7 @@ def make_step_req(req: Req, row: np.ndarray, n: int, eos_ids: tuple[int, ...],
         fields = step_fields(req, start, sr.slots)
         if fields is not None:
             sr.compute, sr.reuse_src, sr.reuse_dst, sr.reuse_shift = fields
+            sr.doc_select = req.doc.select
     if req.pooling is not None:
         sr.pool = pool_mode(req, start, n)
     if not req.on_worker or req.resync:

@@ -1,5 +1,9 @@
 """The scheduler process: the existing ``Scheduler`` driven over ZeroMQ.
 
+With one rank the model runs in this process (``worker/local.LocalWorker``, loaded while the
+tokenizer loads on a second thread); with several, rank 0 is a worker process reached through
+``worker/remote.RemoteWorker``.  Both raise ``WorkerStepError`` for a failed step.
+
 Loop contract:
 - Requests, aborts and control messages from the server are drained before every step;
   a request the scheduler refuses gets a ``ReqError`` (400 invalid, 503 queue full), never
@@ -26,6 +30,7 @@ import gc
 import logging
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import zmq
@@ -39,6 +44,7 @@ from radixserve.scheduler.build import build_scheduler, new_req
 from radixserve.scheduler.cache_persist import CachePersister
 from radixserve.scheduler.outputs import take_output
 from radixserve.scheduler.req import Req
+from radixserve.worker.local import LocalWorker
 from radixserve.worker.remote import RemoteWorker, WorkerStepError
 
 logger = logging.getLogger(__name__)
@@ -54,8 +60,14 @@ class SchedulerLoop:
 
         self.from_server = make_socket(ctx, zmq.PULL, addrs.server_to_sched, bind=True)
         self.to_detok = make_socket(ctx, zmq.PUSH, addrs.sched_to_detok, bind=False)
-        self.worker = RemoteWorker(ctx, addrs)
-        tokenizer = load_light_tokenizer(cfg.model.tokenizer_path or cfg.model.path)  # while the worker loads
+        if cfg.parallel.world_size == 1:
+            with ThreadPoolExecutor(1) as pool:  # the tokenizer loads while the model does
+                tokenizer_f = pool.submit(load_light_tokenizer, cfg.model.tokenizer_path or cfg.model.path)
+                self.worker: Any = LocalWorker.build(cfg)
+                tokenizer = tokenizer_f.result()
+        else:
+            self.worker = RemoteWorker(ctx, addrs)
+            tokenizer = load_light_tokenizer(cfg.model.tokenizer_path or cfg.model.path)  # while the worker loads
         self.info = self.worker.wait_ready()
         self.sched = build_scheduler(cfg, self.worker, self.info, tokenizer, self.worker)
         self.finished: list[Req] = []

@@ -84,7 +84,8 @@ class Scheduler:
         if req.arrival is None:
             req.arrival = self.clock()
         if req.doc_spans:
-            for doc in self.documents.add(req, self.kv, self.cfg.document_recompute, self.doc_refusal):
+            for doc in self.documents.add(req, self.kv, self.cfg.document_recompute, self.doc_refusal,
+                                          self.cfg.document_select):
                 doc.arrival = req.arrival
                 self.kv.prefetch(doc)
                 self.waiting.appendleft(doc)  # documents first: their requests wait for them
@@ -145,7 +146,8 @@ class Scheduler:
 
     def lora_users(self, uid: str) -> int:
         """Requests queued or running with LoRA adapter ``uid``."""
-        return sum(1 for r in (*self.running, *self.waiting, *self.grammars.waiting) if r.lora == uid)
+        compiling = (req for req, _ in self.grammars.waiting)  # (request, constraint) pairs
+        return sum(1 for r in (*self.running, *self.waiting, *compiling) if r.lora == uid)
 
     def _grammars_ready(self) -> list[Req]:
         ready, failed = self.grammars.ready()

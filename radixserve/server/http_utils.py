@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from radixserve.validation import validation_message
 from radixserve.server.req_state import RequestError
@@ -97,6 +98,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(400, validation_message(list(exc.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _routing(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # no such route (404) or method (405): the error object too, naming the path or the method
+        name = "method" if exc.status_code == 405 else "path"
+        return error_response(exc.status_code, f"{name}: {exc.detail} ({request.method} {request.url.path})",
+                              getattr(exc, "headers", None))
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError) -> JSONResponse:

@@ -1,5 +1,6 @@
-"""Launch the runtime: model worker, scheduler and detokenizer processes plus the HTTP
-server in this process (with ``tp_size`` or ``pp_size > 1`` also this node's other ranks,
+"""Launch the runtime: scheduler and detokenizer processes plus the HTTP server in this process
+(with one rank the scheduler loads and steps the model itself, ``worker/local.py``; with
+``tp_size`` or ``pp_size > 1`` rank 0's model worker process and this node's other ranks too,
 watched like the other children; a node with ``node_rank > 0`` runs only its ranks:
 ``server/follower_node.py``).  The children run under one ``radixserve.proc.Supervisor``.
 
@@ -9,8 +10,8 @@ requests fail, the other children are stopped and ``serve`` returns 1 within sec
 On a normal stop ``serve`` returns 0: the first SIGINT or SIGTERM, whether sent to this
 process or to its whole process group (Ctrl-C, ``kill -- -PGID``, systemd's
 ``KillMode=control-group``), stops uvicorn, then the children in order: the scheduler first
-(with ``cache_persist_dir`` it saves the prefix cache through the worker, for at most
-``PERSIST_GRACE_S``, cut short if the worker dies), then the worker, the detokenizer and the
+(with ``cache_persist_dir`` it saves the prefix cache through the model, for at most
+``PERSIST_GRACE_S``, cut short if a worker process dies), then the worker, the detokenizer and the
 other ranks, each SIGKILLed after its grace.  The children ignore SIGINT/SIGTERM, so only
 this process orders the stop; a further signal during the stop is ignored
 (``radixserve.proc.StopSignals``).  Children watch this process and exit if it dies.
@@ -31,7 +32,7 @@ from typing import Any
 
 from radixserve.config import EngineConfig, ServerConfig
 from radixserve.ipc.zmq_utils import IPCAddrs
-from radixserve.proc import STOP_GRACE_S, ChildDied, StopSignals, Supervisor, configure_logging
+from radixserve.proc import STOP_GRACE_S, ChildDied, StopSignals, Supervisor, configure_logging, stages
 from radixserve.worker.tp.group import start_followers, start_worker
 
 logger = logging.getLogger("radixserve.server")
@@ -65,10 +66,13 @@ class Launcher:
 
     def start(self) -> None:
         start_followers(self.procs, self.cfg, self.log_level)
-        start_worker(self.procs, self.cfg, self.log_level, self.addrs)
+        separate = self.cfg.parallel.world_size > 1  # one rank: the model runs in the scheduler
+        if separate:
+            start_worker(self.procs, self.cfg, self.log_level, self.addrs)
         # the scheduler saves the prefix cache on the stop request (through the live worker)
         self.procs.start("scheduler", _scheduler_entry, self.cfg, self.log_level, self.addrs,
-                         grace=PERSIST_GRACE_S if self.cfg.cache.persists else STOP_GRACE_S, needs=("worker",))
+                         grace=PERSIST_GRACE_S if self.cfg.cache.persists else STOP_GRACE_S,
+                         needs=("worker",) if separate else ())
         self.procs.start("detokenizer", _detokenizer_entry, self.cfg, self.log_level, self.addrs)
 
     def wait_ready(self) -> dict[str, Any]:
@@ -143,10 +147,16 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     stops = StopSignals().install()  # the first SIGINT/SIGTERM: KeyboardInterrupt, then the orderly stop
     t0 = time.perf_counter()
-    from radixserve.model.hub import HubError, resolve_engine_config
+    from radixserve.model.hub import HubError, is_hub_id, resolve_engine_config
 
     try:  # a Hub id is fetched once, here: the children get local paths
-        local_cfg = resolve_engine_config(engine_cfg, show_progress=True)
+        if is_hub_id(engine_cfg.model.path):
+            with stages.stage("download", f"{engine_cfg.model.path} from the Hugging Face Hub (files already "
+                              "in its cache are not fetched again)"):
+                local_cfg = resolve_engine_config(engine_cfg, show_progress=True)
+        else:
+            stages.note("download", "none (a local model)")
+            local_cfg = resolve_engine_config(engine_cfg, show_progress=True)
     except HubError as e:
         logger.error("cannot start: %s", e)
         return 1
@@ -155,6 +165,8 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
         from radixserve.model.loader import resolve_hf_dir
 
         hf_dir = resolve_hf_dir(hf_dir, show_progress=True)  # converts a GGUF once, here
+    else:
+        stages.note("conversion", "none (a Hugging Face directory)")
     cfg = dataclasses.replace(local_cfg, model=dataclasses.replace(local_cfg.model, path=hf_dir))
     if cfg.parallel.node_rank > 0:
         from radixserve.server.follower_node import serve_ranks
@@ -185,11 +197,10 @@ def serve(engine_cfg: EngineConfig, server_cfg: ServerConfig) -> int:
 
         tokenizer_path = cfg.model.tokenizer_path or hf_dir
         tokenizer = load_light_tokenizer(tokenizer_path)
-        logger.info("loading the model in the worker process...")
+        logger.info("loading the model...")
         info = launcher.wait_ready()["scheduler"]
-        logger.info("model ready in %.1fs: %s, %s (quantization %s) on %s, %d KV slots, context %d",
-                    time.perf_counter() - t0, hf_dir, info.dtype, info.quantization, info.device, info.num_slots - 1,
-                    info.context_len)
+        stages.note("ready", f"model ready in {time.perf_counter() - t0:.1f}s: {hf_dir}, {info.dtype} (quantization "
+                    f"{info.quantization}) on {info.device}, {info.num_slots - 1} KV slots, context {info.context_len}")
         tm = TokenizerManager(tokenizer, info, launcher.addrs, tokenizer_path, engine_cfg.scheduler.grammar_backend,
                               engine_cfg.lora, engine_cfg.scheduler.reasoning_parser)
         if usage_db is not None:

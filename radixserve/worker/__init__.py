@@ -6,8 +6,10 @@ attention backend over them; ``build_tier_store`` / ``build_prefix_store`` for t
 restart), ``kv_sizing`` (``kv_layout``: the pool's slots, and a sliding-window model's second
 pool), ``sampler.Sampler`` (batched logits processing and sampling), ``pooling``
 (embeddings), ``doc_kv`` (a reused document's KV copied into a request's slots with its keys
-moved to their new positions), ``build`` (``build_worker``: the runner from an ``EngineConfig``), ``process``
-(the worker process) and ``remote.RemoteWorker`` (the scheduler's handle on that process).
+moved to their new positions), ``doc_select`` (which reused document tokens a step recomputes: the first, or those
+whose layer-1 KV deviates most), ``build`` (``build_worker``: the runner from an ``EngineConfig``), ``local.LocalWorker``
+(one rank's runner inside the scheduler process), ``process`` (rank 0's worker process when there are several
+ranks) and ``remote.RemoteWorker`` (the scheduler's handle on that process).
 Subpackages: ``tuning`` (choices by timing and accuracy), ``tp`` (tensor-parallel ranks), ``pp``
 (pipeline-parallel stages and micro-batches), ``spec`` (draft model, verification), ``persist``
 (warm restart's KV file), ``tiers`` (the hierarchical cache's host buffers and disk blocks) and

@@ -29,6 +29,7 @@ from radixserve.ipc.worker_link import WorkerInfo
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.mem_cache.req_to_token import ReqToTokenPool
 from radixserve.model import loader
+from radixserve.proc import stages
 from radixserve.worker.kv_sizing import KVLayout, kv_layout, pool_dtype, pool_quant, sliding_plan
 from radixserve.worker.persist.store import PrefixStore, fingerprint
 from radixserve.worker.tiers.block_store import BlockStore
@@ -65,7 +66,18 @@ class KVSetup:
 
 def build_kv(model: Any, config: Any, hf_dir: str, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig,
              dtype: torch.dtype, device: torch.device, context_len: int, num_heads: int, tp: Any) -> KVSetup:
-    """The pools, tables and attention backend for ``model`` (``num_heads``: query heads on this rank)."""
+    """The pools, tables and attention backend for ``model`` (``num_heads``: query heads on this rank),
+    as the "KV pool" start-up stage (``proc/stages.py``)."""
+    with stages.stage("KV pool", f"{cache_cfg.kv_cache_dtype} form, attention backend "
+                      f"{cache_cfg.attention_backend}") as progress:
+        kv = _build_kv(model, config, hf_dir, cache_cfg, sched_cfg, dtype, device, context_len, num_heads, tp)
+        progress.result(f"{kv.pool.num_slots} slots of {kv.pool.dtype}"
+                        f"{' ' + kv.pool.quant if kv.pool.quant else ''}, {kv.backend.name} attention")
+    return kv
+
+
+def _build_kv(model: Any, config: Any, hf_dir: str, cache_cfg: CacheConfig, sched_cfg: SchedulerConfig,
+              dtype: torch.dtype, device: torch.device, context_len: int, num_heads: int, tp: Any) -> KVSetup:
     kv_shape = model.kv_cache_shape()
     layers = model.layer_attention()
     sliding, window = sliding_plan(layers, cache_cfg, context_len, sliding_pool_supported(cache_cfg.attention_backend))

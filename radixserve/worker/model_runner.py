@@ -25,6 +25,7 @@ from radixserve.ipc.worker_link import StepOutput, StepPlan, StepReq, StepResult
 from radixserve.model import loader
 from radixserve.parallel.group import NoTP
 from radixserve.parallel.layout import TPLayout
+from radixserve.proc import stages
 from radixserve.worker.kv_setup import build_kv
 from radixserve.worker.tuning.numerics_choice import resolve_numerics
 from radixserve.worker.pooling import forward_pooled
@@ -58,10 +59,11 @@ class ModelRunner:
         torch.manual_seed(model_cfg.seed)
         self.context_len = context_length(self.config, model_cfg)
         layout = TPLayout.of(self.config, self.tp.rank, self.tp.size)
-        self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
-                                       show_progress=show_progress, quantization=self.numerics.quantization,
-                                       max_m=self.numerics.max_m, tp=self.tp, layout=layout,
-                                       packed=self.numerics.packed)
+        with stages.stage("weights", f"{hf_dir} as {self.numerics.describe()} on {self.device}"):
+            self.model = loader.load_model(self.config, hf_dir, self.dtype, self.device, self.context_len + 1,
+                                           show_progress=show_progress, quantization=self.numerics.quantization,
+                                           max_m=self.numerics.max_m, tp=self.tp, layout=layout,
+                                           packed=self.numerics.packed)
         self.kv = build_kv(self.model, self.config, hf_dir, cache_cfg, sched_cfg, self.dtype, self.device,
                            self.context_len, layout.num_heads, self.tp)
         self.vocab_size = self.config.vocab_size
@@ -224,6 +226,10 @@ class ModelRunner:
         rotaries = [self.model.layer_rotary(i) for i in range(self.kv_pool.num_layers)]
         place_documents(self.kv_pool, rotaries, cat("reuse_src").to(self.device), cat("reuse_dst").to(self.device),
                         cat("reuse_shift").to(self.device))
+        if any(r.doc_select == "deviation" for r in moves):  # CacheBlend: which candidates to compute
+            from radixserve.worker.doc_select import choose
+
+            choose(self.model, self.backend, self.kv_pool, table, moves, self.device)
 
     def _prompt_logprobs(self, plan: StepPlan, logits: torch.Tensor, spans, outputs) -> None:
         for r, (a, b), out in zip(plan.reqs, spans, outputs):

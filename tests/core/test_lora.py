@@ -299,3 +299,28 @@ def test_the_path_timing_is_measured_once_and_cached(engine, tmp_path, monkeypat
     assert first in (1, 6, timing.NO_LIMIT)
     (tmp_path / "lora_timings.json").write_text("{not json")
     assert timing.measured_limit(slots, path, ms=(4, 32)) in (1, 6, timing.NO_LIMIT) and len(calls) == 2
+
+
+def test_odd_adapter_files_and_a_compiling_request_are_handled(tmp_path):
+    """Found by the server fuzzer (tests/helpers/fuzz_routes.py): a safetensors header length
+    past the file was an OverflowError (HTTP 500), a non-numeric ``lora_alpha`` a TypeError in the
+    worker; counting an adapter's users raised on a request waiting for its grammar (HTTP 500 on
+    /unload_lora_adapter, and a failed step in ``collect``)."""
+    import json
+    from types import SimpleNamespace
+
+    from radixserve.lora.adapter import read_adapter
+    from radixserve.scheduler.scheduler import Scheduler
+
+    for name, cfg, weights in (("garbage", {"r": 4}, b"\xff" * 64),
+                               ("alpha", {"r": 4, "lora_alpha": "x"}, None),
+                               ("pattern", {"r": 4, "alpha_pattern": {"q_proj": None}}, None)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", **cfg}))
+        (d / "adapter_model.safetensors").write_bytes(weights or b"\x00" * 8)
+        with pytest.raises(ValueError, match="^lora_path: "):
+            read_adapter(name, str(d))
+    req = SimpleNamespace(lora="a@1")
+    sched = SimpleNamespace(running=[req], waiting=[], grammars=SimpleNamespace(waiting=[(req, object())]))
+    assert Scheduler.lora_users(sched, "a@1") == 2 and Scheduler.lora_users(sched, "b@2") == 0

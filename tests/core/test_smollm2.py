@@ -11,13 +11,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def smol_hf(smol_dir):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
 def hf_refs(smol_dir, smol_hf):
     """HF greedy continuations (64 tokens) and prompt logprobs, computed once."""
     from transformers import AutoTokenizer

@@ -4,7 +4,6 @@ token, on the core prompts and on RAG-style prompts that ask for a passage to be
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.helpers.models import hf_greedy, make_engine
 from tests.helpers.smol_prompts import QUESTIONS, chat_prompt
@@ -24,13 +23,12 @@ def _prompts(tok) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def refs(smol_dir):
+def refs(smol_dir, smol_hf):
     """The prompts and HF fp32 greedy continuations (32 tokens), computed once."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    hf = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
     prompts = _prompts(AutoTokenizer.from_pretrained(smol_dir))
-    return prompts, [hf_greedy(hf, p, 32) for p in prompts]
+    return prompts, [hf_greedy(smol_hf, p, 32) for p in prompts]
 
 
 def test_ngram_greedy_equals_hf(smol_dir, refs):

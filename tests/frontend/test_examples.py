@@ -11,8 +11,6 @@ import sys
 import jsonschema
 import pytest
 
-from tests.helpers.server_harness import ServerHandle
-
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 pytestmark = pytest.mark.slow
 
@@ -24,19 +22,12 @@ def load(name: str):
     return mod
 
 
-@pytest.fixture(scope="module")
-def running(smol_dir):
-    srv = ServerHandle(smol_dir, "--max-total-tokens", "30000").wait_ready()
-    yield srv
-    srv.stop()
-
-
 @pytest.fixture
-def server(running):
-    """The module's server; after each example no request holds a KV slot and the
-    allocator's invariants hold."""
-    yield running
-    s = running.wait_idle()["scheduler"]
+def server(smol_server):
+    """The session's SmolLM2 server (tests/conftest.py); after each example no request holds a
+    KV slot and the allocator's invariants hold."""
+    yield smol_server
+    s = smol_server.wait_idle()["scheduler"]
     assert s["invariants_ok"], s["invariant_error"]
     assert s["held_slots"] == 0, s
 

@@ -15,7 +15,7 @@ import copy
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from tests.helpers.fuzz_values import (BAD_EBNF, BAD_REGEXES, BAD_SCHEMAS, HUGE_NUMBERS, RAW_NUMBERS, UNICODE_TEXTS,
                          WRONG_VALUES, deep_json)
@@ -35,6 +35,24 @@ class FuzzCase:
     must_fail: bool = False
     stream: bool = False
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": JSON})
+    expect: tuple[int, ...] = ()  # the statuses allowed (empty: any the oracle takes)
+
+
+@dataclass
+class FuzzContext:
+    """What the generators know of the server: the adapter it serves from the start, adapter
+    directories to load (a good one, broken ones: tests/helpers/fuzz_setup.py), a directory that is
+    no adapter, stored responses (``previous_response_id``), its model names, whether it has a
+    reasoning parser.  Empty on a server the fuzzer did not launch (the cases then expect less)."""
+
+    adapter: Optional[str] = None
+    good_adapter: Optional[str] = None
+    broken_adapters: dict[str, str] = field(default_factory=dict)
+    loadable: list[str] = field(default_factory=list)  # the directories a load takes (good, or odd but servable)
+    model_dir: Optional[str] = None
+    reasoning: bool = False
+    response_ids: list[str] = field(default_factory=list)
+    served_names: list[str] = field(default_factory=list)
 
 
 def _dumps(obj: Any, ascii: bool = False) -> bytes:
@@ -43,9 +61,9 @@ def _dumps(obj: Any, ascii: bool = False) -> bytes:
 
 
 def _case(path: str, body: Any, label: str, fields: tuple[str, ...] = (), must_fail: bool = False,
-          ascii: bool = False) -> FuzzCase:
+          ascii: bool = False, expect: tuple[int, ...] = ()) -> FuzzCase:
     stream = isinstance(body, dict) and body.get("stream") is True
-    return FuzzCase("POST", path, _dumps(body, ascii), label, fields, must_fail, stream)
+    return FuzzCase("POST", path, _dumps(body, ascii), label, fields, must_fail, stream, expect=expect)
 
 
 # the smallest valid body of each route, with short outputs
@@ -54,8 +72,27 @@ BASES: dict[str, dict[str, Any]] = {
     "/v1/completions": {"prompt": "Hello", "max_tokens": 4},
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
     "/v1/embeddings": {"input": "Hello"},
+    "/v1/responses": {"input": "Hi", "max_output_tokens": 4},
+    "/tokenize": {"text": "Hello"},
+    "/separate_reasoning": {"text": "<think>hm</think>yes", "reasoning_parser": "qwen3"},
+    "/unload_lora_adapter": {"lora_name": "no-such-adapter"},
+    "/load_lora_adapter": {"lora_name": "fz-new", "lora_path": "/no/such/adapter"},
+    "/concate_and_append_request": {"src_rids": ["a"], "dst_rid": "b"},
+    "/abort_request": {"rid": "fuzz-no-such-rid"},
 }
 SP = "sampling_params."
+# what a base body's own answer may name (it is a refusal: no such adapter)
+BASE_NAMES: dict[str, tuple[str, ...]] = {"/unload_lora_adapter": ("lora_name",), "/abort_request": ("rid",),
+                                          "/load_lora_adapter": ("lora_path", "lora_name")}
+
+# the extension fields of both OpenAI generation routes (server/openai_fields.py SHARED_EXTENSIONS) -> kind
+OPENAI_EXTENSIONS: dict[str, str] = {
+    "top_k": "int", "min_p": "num", "repetition_penalty": "num", "stop_token_ids": "int_list", "ignore_eos": "bool",
+    "skip_special_tokens": "bool", "spaces_between_special_tokens": "bool", "regex": "str", "ebnf": "str",
+    "structural_tag": "str", "json_schema": "str_or_dict", "constraint_budget": "str", "stop_regex": "str_or_list",
+    "no_stop_trim": "bool", "sampling_seed": "int", "custom_params": "dict", "stream_interval": "int",
+    "priority": "int", "cache_salt": "str", "lora_path": "str", "document_recompute": "num", "min_tokens": "int",
+    "rid": "str", "require_reasoning": "bool", "thinking_token_budget": "int"}
 
 # field path -> its kind (what WRONG_VALUES[kind] is certainly not)
 FIELDS: dict[str, dict[str, str]] = {
@@ -70,21 +107,43 @@ FIELDS: dict[str, dict[str, str]] = {
             "logit_bias": "dict", "seed": "int", "n": "int", "regex": "str", "json_schema": "str_or_dict",
             "choices": "str_list", "stop_regex": "str_or_list", "no_stop_trim": "bool", "sampling_seed": "int",
             "custom_params": "dict", "stream_interval": "int", "ebnf": "str", "priority": "int",
-            "cache_salt": "str"}.items()}},
+            "cache_salt": "str", "constraint_budget": "str", "document_recompute": "num",
+            "thinking_token_budget": "int", "lora_path": "str", "require_reasoning": "bool",
+            "spaces_between_special_tokens": "bool", "structural_tag": "str"}.items()},
+        "segments": "segments", "lora_path": "lora", "require_reasoning": "bool", "image_data": "truthy",
+        "return_hidden_states": "truthy", "session_params": "truthy", "lora_id": "truthy", "input_embeds": "truthy"},
     "/v1/completions": {
         "prompt": "text", "max_tokens": "int", "min_tokens": "int", "n": "int", "stream": "bool", "echo": "bool",
         "logprobs": "int", "temperature": "num", "top_p": "num", "top_k": "int", "stop": "str_or_list",
         "seed": "int", "logit_bias": "dict", "regex": "str", "user": "str", "suffix": "str", "best_of": "int",
         "presence_penalty": "num", "frequency_penalty": "num", "stream_options": "dict",
-        "response_format": "dict", "model": "str", "ignore_eos": "bool"},
+        "response_format": "dict", "model": "str", "ignore_eos": "bool", **OPENAI_EXTENSIONS},
     "/v1/chat/completions": {
         "messages": "list", "max_tokens": "int", "max_completion_tokens": "int", "n": "int", "stream": "bool",
         "logprobs": "bool", "top_logprobs": "int", "temperature": "num", "top_p": "num", "stop": "str_or_list",
         "seed": "int", "logit_bias": "dict", "tools": "list", "tool_choice": "tool_choice",
         "parallel_tool_calls": "bool", "response_format": "dict", "regex": "str", "ebnf": "str",
-        "messages.0.role": "str", "messages.0.content": "content", "messages.0.name": "str"},
+        "messages.0.role": "str", "messages.0.content": "content", "messages.0.name": "str",
+        "continue_final_message": "bool", "chat_template_kwargs": "dict", "separate_reasoning": "bool",
+        "stream_options": "dict", "user": "str", "model": "str", **OPENAI_EXTENSIONS},
     "/v1/embeddings": {"input": "text", "encoding_format": "str", "dimensions": "int", "pooling": "str",
                        "normalize": "bool", "model": "str"},
+    "/v1/responses": {
+        "input": "resp_input", "instructions": "str", "max_output_tokens": "int", "temperature": "num",
+        "top_p": "num", "tools": "list", "tool_choice": "tool_choice", "parallel_tool_calls": "bool",
+        "text": "dict", "text.format": "dict", "text.format.type": "str", "text.verbosity": "str",
+        "reasoning": "dict", "reasoning.effort": "str", "previous_response_id": "str", "store": "bool",
+        "stream": "bool", "metadata": "dict", "user": "str", "truncation": "str", "background": "bool",
+        "conversation": "str_or_dict", "prompt": "dict", "top_k": "int", "min_p": "num",
+        "repetition_penalty": "num", "frequency_penalty": "num", "presence_penalty": "num", "seed": "int",
+        "stop": "str_or_list", "priority": "int", "cache_salt": "str", "chat_template_kwargs": "dict",
+        "thinking_token_budget": "int", "model": "str"},
+    "/tokenize": {"text": "text"},
+    "/separate_reasoning": {"text": "str", "reasoning_parser": "str"},
+    "/load_lora_adapter": {"lora_name": "str", "lora_path": "str", "pinned": "bool"},
+    "/unload_lora_adapter": {"lora_name": "str"},
+    "/concate_and_append_request": {"src_rids": "str_list", "dst_rid": "str"},
+    "/abort_request": {"rid": "str", "abort_all": "bool"},
 }
 
 
@@ -112,16 +171,16 @@ def _names(route: str, path: str) -> tuple[str, ...]:
     return (path,)
 
 
-def wrong_type(rng: random.Random) -> FuzzCase:
+def wrong_type(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     route = rng.choice(list(FIELDS))
     path, kind = rng.choice(list(FIELDS[route].items()))
     value = rng.choice(WRONG_VALUES[kind])
     return _case(route, _set(BASES[route], path, value), f"wrong_type:{route}", _names(route, path), True)
 
 
-def huge_number(rng: random.Random) -> FuzzCase:
+def huge_number(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     """Huge, tiny, negative and non-finite numbers (raw JSON literals) in numeric fields."""
-    route = rng.choice(list(FIELDS))
+    route = rng.choice([r for r in FIELDS if any(k in ("int", "num") for k in FIELDS[r].values())])
     numeric = [p for p, k in FIELDS[route].items() if k in ("int", "num")]
     path = rng.choice(numeric)
     literal = rng.choice(RAW_NUMBERS + [str(v) for v in HUGE_NUMBERS])
@@ -131,7 +190,7 @@ def huge_number(rng: random.Random) -> FuzzCase:
     return FuzzCase("POST", route, raw, f"huge_number:{route}", _names(route, path) + ("body",), must)
 
 
-def enormous(rng: random.Random) -> FuzzCase:
+def enormous(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     """Enormous n, max_tokens, top_logprobs_num, logprobs, logit_bias, stop lists."""
     big = rng.choice([10**4, 10**6, 2**31, 2**63, 10**30])
     choices: list[tuple[str, str, Any, bool]] = [
@@ -160,30 +219,34 @@ def enormous(rng: random.Random) -> FuzzCase:
     return _case(route, body, f"enormous:{route}:{path.split('.')[-1]}", _names(route, path), must)
 
 
-def unicode_text(rng: random.Random) -> FuzzCase:
+def unicode_text(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     """Odd unicode (lone surrogates included) in prompts, stop strings, messages, tool names."""
     text = rng.choice(UNICODE_TEXTS)
     route, path = rng.choice([("/generate", "text"), ("/generate", SP + "stop"), ("/generate", SP + "regex"),
                               ("/v1/completions", "prompt"), ("/v1/completions", "stop"),
                               ("/v1/chat/completions", "messages.0.content"), ("/v1/embeddings", "input"),
-                              ("/generate", "rid"), ("/v1/chat/completions", "stop"), ("/generate", "cache_salt")])
+                              ("/generate", "rid"), ("/v1/chat/completions", "stop"), ("/generate", "cache_salt"),
+                              ("/v1/responses", "input"), ("/v1/responses", "instructions"), ("/tokenize", "text"),
+                              ("/separate_reasoning", "text"), ("/generate", "lora_path"),
+                              ("/v1/chat/completions", "chat_template_kwargs.v"), ("/v1/responses", "stop"),
+                              ("/unload_lora_adapter", "lora_name"), ("/v1/responses", "metadata.k")])
     body = _set(BASES[route], path, text)
-    if rng.random() < 0.3 and route != "/v1/embeddings":  # embeddings take no ``stream`` (a 400 naming it)
+    if rng.random() < 0.3 and route in ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses"):
         body["stream"] = True
     ascii = rng.random() < 0.5
-    names = _names(route, path) + ("body", "messages")  # a long text is a prompt too long for the context
+    names = _names(route, path) + ("body", "messages", "input")  # a long text is a prompt too long for the context
     return _case(route, body, f"unicode:{route}", names, False, ascii)
 
 
-def invalid_utf8(rng: random.Random) -> FuzzCase:
+def invalid_utf8(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     route = rng.choice(list(BASES))
     raw = _dumps(BASES[route])
     bad = rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\x80"])
     raw = raw.replace(b"H", bad, 1) if b"H" in raw else raw[:-1] + bad + b"}"
-    return FuzzCase("POST", route, raw, f"invalid_utf8:{route}", ("body",), True)
+    return FuzzCase("POST", route, raw, f"invalid_utf8:{route}", ("body",) + BASE_NAMES.get(route, ()), True)
 
 
-def constraint(rng: random.Random) -> FuzzCase:
+def constraint(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     """Catastrophic/huge regexes, $ref cycles and other bad JSON schemas, bad EBNF, anywhere they go."""
     kind = rng.choice(["regex", "stop_regex", "schema", "ebnf", "choices"])
     if kind in ("regex", "stop_regex"):
@@ -212,12 +275,12 @@ def constraint(rng: random.Random) -> FuzzCase:
     return _case(route, body, f"constraint:{kind}", names)
 
 
-def deep_nesting(rng: random.Random) -> FuzzCase:
+def deep_nesting(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     route = rng.choice(list(FIELDS))
     path = rng.choice(list(FIELDS[route]))
     depth = rng.choice([100, 1000, 100000])
     raw = _dumps(_set(BASES[route], path, "__DEEP__")).replace(b'"__DEEP__"', deep_json(depth, rng).encode())
-    names = _names(route, path) + ("body",)
+    names = _names(route, path) + ("body",) + BASE_NAMES.get(route, ())
     if rng.random() < 0.2:  # the whole body: a missing required field is named, or the unknown "a"
         raw = deep_json(depth, rng).encode()
         names += ("a", "text", "prompt", "messages", "input")
@@ -225,7 +288,7 @@ def deep_nesting(rng: random.Random) -> FuzzCase:
     return FuzzCase("POST", route, raw, f"deep:{route}", names, depth >= 1000)
 
 
-def raw_body(rng: random.Random) -> FuzzCase:
+def raw_body(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     """Not JSON objects, wrong content types, huge bodies."""
     route = rng.choice(list(BASES))
     options: list[tuple[bytes, dict[str, str], bool]] = [
@@ -240,11 +303,13 @@ def raw_body(rng: random.Random) -> FuzzCase:
         (_dumps({**BASES[route], "pad": ["y" * 1000] * 2000}), {}, False),
     ]
     raw, headers, must = rng.choice(options)
-    return FuzzCase("POST", route, raw, f"raw:{route}", ("body", "pad", "a", "text", "prompt", "messages", "input"),
-                    must, headers=headers)
+    if route == "/concate_and_append_request" and raw.startswith(b'{"a"'):
+        must = False  # a no-op whose body takes unknown keys (as SGLang's): {"a": ...} is a valid body
+    names = ("body", "pad", "a", "text", "prompt", "messages", "input", "lora_name") + BASE_NAMES.get(route, ())
+    return FuzzCase("POST", route, raw, f"raw:{route}", names, must, headers=headers)
 
 
-def chat_shapes(rng: random.Random) -> FuzzCase:
+def chat_shapes(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     """Tool calling and message shapes of the chat route."""
     base = BASES["/v1/chat/completions"]
     tool = {"type": "function", "function": {"name": "get_x", "parameters": {"type": "object", "properties": {
@@ -274,7 +339,7 @@ def chat_shapes(rng: random.Random) -> FuzzCase:
     return _case("/v1/chat/completions", body, "chat_shapes", names, must)
 
 
-def valid_variants(rng: random.Random) -> FuzzCase:
+def valid_variants(rng: random.Random, ctx: FuzzContext) -> FuzzCase:
     """Valid but unusual requests (streamed, logprobs, n > 1, batches, penalties, extreme sampling)."""
     route = rng.choice(["/generate", "/v1/completions", "/v1/chat/completions"])
     body = copy.deepcopy(BASES[route])
@@ -295,14 +360,3 @@ def valid_variants(rng: random.Random) -> FuzzCase:
             body.update({"echo": True, "logprobs": 3})
     body["stream"] = rng.random() < 0.5
     return _case(route, body, f"valid:{route}", tuple(extra) + ("max_new_tokens", "max_tokens", "body"))
-
-
-GENERATORS: list[tuple[Callable[[random.Random], FuzzCase], int]] = [
-    (wrong_type, 30), (huge_number, 15), (enormous, 10), (unicode_text, 10), (invalid_utf8, 3),
-    (constraint, 12), (deep_nesting, 4), (raw_body, 6), (chat_shapes, 5), (valid_variants, 10)]
-
-
-def nasty_case(rng: random.Random) -> FuzzCase:
-    """One case from a generator picked by weight."""
-    gens, weights = zip(*GENERATORS)
-    return rng.choices(gens, weights)[0](rng)

@@ -104,6 +104,8 @@ def send(client: httpx.Client, case: FuzzCase, timeout: float = 120.0) -> Outcom
     except httpx.HTTPError as e:
         return Outcome(case.label, case.path, -1, f"{type(e).__name__}: {e} (body {case.body[:200]!r})")
     bad = check_answer(status, text, ctype, case.fields, case.must_fail)
+    if bad is None and case.expect and status not in case.expect:
+        bad = f"HTTP {status}, expected {' or '.join(map(str, case.expect))}: {text[:200]}"
     return Outcome(case.label, case.path, status, None if bad is None else f"{bad} (body {case.body[:300]!r})",
                    time.perf_counter() - t0)
 

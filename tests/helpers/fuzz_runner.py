@@ -17,13 +17,11 @@ from typing import Optional
 
 import httpx
 
-from tests.helpers.fuzz_cases import nasty_case
+from tests.helpers.fuzz_cases import FuzzContext
 from tests.helpers.fuzz_oracle import Outcome, check_server, send
+from tests.helpers.fuzz_routes import nasty_case, regression_cases
 from tests.helpers.fuzz_schema import run_schema_cases
-
-# flags of the server the fuzzer launches: short outputs (a short context), bounded compiles
-FUZZ_SERVER_ARGS = ("--max-total-tokens", "8192", "--context-length", "96", "--chunked-prefill-size", "256",
-                    "--grammar-compile-timeout", "5")
+from tests.helpers.fuzz_setup import FUZZ_SERVER_ARGS, FuzzSetup, build_fuzz_setup  # noqa: F401 (for the callers)
 
 
 @dataclass
@@ -58,15 +56,26 @@ class FuzzReport:
 
 def run_fuzz(url: str, total: int, seed: int = 0, schema_share: float = 0.4, concurrency: int = 4,
              time_limit: Optional[float] = None, headers: Optional[dict[str, str]] = None,
-             check_every: int = 250, log: bool = False) -> FuzzReport:
+             check_every: int = 250, log: bool = False, ctx: Optional[FuzzContext] = None) -> FuzzReport:
     """Fuzz the server at ``url``; see the module docstring.  ``time_limit`` (seconds) bounds
-    the request phases (the final idle check has its own 60 s bound)."""
+    the request phases (the final idle check has its own 60 s bound).  ``ctx``: what the cases may
+    know of the server (``fuzz_setup.build_fuzz_setup``'s; its model names and a few stored
+    responses are added here)."""
     headers = headers or {}
     t0 = time.time()
     deadline = None if time_limit is None else t0 + time_limit
     report = FuzzReport()
+    ctx = ctx or FuzzContext()
     with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
-        pids = client.get("/get_server_info", timeout=30).json().get("pids", {})
+        info = client.get("/get_server_info", timeout=30).json()
+        pids = info.get("pids", {})
+        ctx.served_names = [info["served_model_name"]] if info.get("served_model_name") else []
+        for i in range(8):  # an earlier run's adapters out (the regression loads must not meet --max-loaded-loras)
+            client.post("/unload_lora_adapter", json={"lora_name": f"fz-{i}"}, timeout=60)
+        for _ in range(3):  # stored responses for previous_response_id
+            r = client.post("/v1/responses", json={"input": "Hello", "max_output_tokens": 2}, timeout=60)
+            if r.status_code == 200:
+                ctx.response_ids.append(r.json()["id"])
         on_outcome = (lambda o: o.failure and print(f"FAIL {o.route} [{o.label}]: {o.failure[:500]}", flush=True)) \
             if log else (lambda o: None)
         report.outcomes += run_schema_cases(url, int(total * schema_share), seed, headers, deadline, on_outcome)
@@ -75,11 +84,13 @@ def run_fuzz(url: str, total: int, seed: int = 0, schema_share: float = 0.4, con
             print(f"schemathesis: {len(report.outcomes)} requests, {time.time() - t0:.1f} s", flush=True)
         rng = random.Random(seed)
         remaining = total - len(report.outcomes)
+        fixed = regression_cases(ctx)  # first, once: the inputs that once broke the server
         with ThreadPoolExecutor(concurrency) as pool:
             while remaining > 0 and not report.server_problems:
                 if deadline is not None and time.time() > deadline:
                     break
-                batch = [nasty_case(rng) for _ in range(min(check_every, remaining))]
+                batch, fixed = fixed[:check_every], fixed[check_every:]
+                batch += [nasty_case(rng, ctx) for _ in range(min(check_every, remaining) - len(batch))]
                 outs = list(pool.map(lambda c: send(client, c), batch))
                 report.outcomes += outs
                 if log:

@@ -21,6 +21,12 @@ WRONG_VALUES: dict[str, list] = {
     "list": ["x", 5, {"a": 1}, True, [5]],
     "tool_choice": [5, "sometimes", {"type": "function"}, ["auto"]],
     "content": [5, True, {"a": 1}, [5]],
+    "segments": ["text", 5, {"text": "a"}, [5], [[5]], True, [{"text": 5}], [{"input_ids": "1"}], [{}],
+                 [{"text": "a", "input_ids": [1]}], [{"text": "a", "document": "yes"}], [{"text": "a", "x": 1}]],
+    "lora": [5, True, {"a": 1}, [1], [[None]], "", [""]],
+    "truthy": [True, [1], "x", {"a": 1}, 1],  # an unsupported field set to anything but its default
+    "resp_input": [5, True, {"a": 1}, [5], [{"type": "bogus"}], [{"role": "robot", "content": "x"}],
+                   [{"type": "web_search_call", "id": "x"}], [{"role": "user"}], [{"type": "function_call"}]],
 }
 
 RAW_NUMBERS = ["NaN", "Infinity", "-Infinity", "1e309", "-1e309", "1E400", "1e-320", "-0.0", "0.0",

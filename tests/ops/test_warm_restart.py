@@ -192,8 +192,9 @@ def test_engine_warm_restart(tiny_dir, tmp_path):
 
 
 def test_worker_death_with_persistence(tiny_dir, tmp_path, good_file):
-    """A dead worker cannot save: the server still goes down at once (no grace period spent
-    waiting for a save that cannot happen) and the previous file stays intact."""
+    """A dead model process (with one rank, the scheduler holds the model) cannot save: the server
+    still goes down at once (no grace period spent waiting for a save that cannot happen) and the
+    previous file stays intact."""
     import signal
 
     from tests.helpers.server_harness import pid_alive
@@ -204,7 +205,7 @@ def test_worker_death_with_persistence(tiny_dir, tmp_path, good_file):
     srv = _serve(tiny_dir, str(folder), "--cache-persist-interval", "0")
     try:
         pids = srv.info()["pids"]
-        os.kill(pids["worker"], signal.SIGKILL)
+        os.kill(pids["scheduler"], signal.SIGKILL)
         assert srv.proc.wait(timeout=60) != 0  # far below the 120 s a save may take
         for name, pid in pids.items():
             assert not pid_alive(pid), f"{name} (pid {pid}) left behind"

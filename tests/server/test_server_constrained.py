@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.helpers.constrained_cases import REGEX_TOKENS, REGEXES, SCHEMA_TOKENS, SCHEMAS, UNCONSTRAINED, valid
-from tests.helpers.server_harness import API_KEY, ServerHandle, shared_server
+from tests.helpers.server_harness import API_KEY, shared_server
 
 PERSON = SCHEMAS[0][1]
 
@@ -95,31 +95,28 @@ def test_openai_response_format(server):
 
 
 @pytest.mark.slow
-def test_smollm2_server_regexes_and_schemas(smol_dir):
-    srv = ServerHandle(smol_dir, "--max-total-tokens", "30000").wait_ready()
-    try:
-        texts, params, kinds = [], [], []
-        for i, (p, rx) in enumerate(REGEXES):
-            texts.append(p)
-            params.append({"regex": rx, "max_new_tokens": REGEX_TOKENS, "temperature": 1, "seed": i})
-            kinds.append(("regex", rx))
-        for i, (p, schema) in enumerate(SCHEMAS):
-            texts.append(p)
-            params.append({"json_schema": schema, "max_new_tokens": SCHEMA_TOKENS, "temperature": 1, "seed": i})
-            kinds.append(("json", schema))
-        for p in UNCONSTRAINED:
-            texts.append(p)
-            params.append({"max_new_tokens": 24, "temperature": 1})
-            kinds.append(None)
-        with srv.client(timeout=900) as c:
-            r = c.post("/generate", json={"text": texts, "sampling_params": params})
-        assert r.status_code == 200, r.text
-        bad = [(t, o["text"], o["meta_info"]["finish_reason"]) for t, o, k in zip(texts, r.json(), kinds)
-               if k is not None and (not valid(k[0], k[1], o["text"]) or o["meta_info"]["finish_reason"]["type"] != "stop")]
-        assert not bad, bad
-        oai = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=300)
-        chat = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Describe Paris as JSON."}],
-                                           max_tokens=SCHEMA_TOKENS, temperature=0, response_format={"type": "json_object"})
-        assert isinstance(json.loads(chat.choices[0].message.content), dict)
-    finally:
-        srv.stop()
+def test_smollm2_server_regexes_and_schemas(smol_server):
+    srv = smol_server  # the session's SmolLM2 server (30000 slots)
+    texts, params, kinds = [], [], []
+    for i, (p, rx) in enumerate(REGEXES):
+        texts.append(p)
+        params.append({"regex": rx, "max_new_tokens": REGEX_TOKENS, "temperature": 1, "seed": i})
+        kinds.append(("regex", rx))
+    for i, (p, schema) in enumerate(SCHEMAS):
+        texts.append(p)
+        params.append({"json_schema": schema, "max_new_tokens": SCHEMA_TOKENS, "temperature": 1, "seed": i})
+        kinds.append(("json", schema))
+    for p in UNCONSTRAINED:
+        texts.append(p)
+        params.append({"max_new_tokens": 24, "temperature": 1})
+        kinds.append(None)
+    with srv.client(timeout=900) as c:
+        r = c.post("/generate", json={"text": texts, "sampling_params": params})
+    assert r.status_code == 200, r.text
+    bad = [(t, o["text"], o["meta_info"]["finish_reason"]) for t, o, k in zip(texts, r.json(), kinds)
+           if k is not None and (not valid(k[0], k[1], o["text"]) or o["meta_info"]["finish_reason"]["type"] != "stop")]
+    assert not bad, bad
+    oai = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    chat = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Describe Paris as JSON."}],
+                                       max_tokens=SCHEMA_TOKENS, temperature=0, response_format={"type": "json_object"})
+    assert isinstance(json.loads(chat.choices[0].message.content), dict)

@@ -1,6 +1,7 @@
 """A server of its own: --max-queued-requests answers 503 with Retry-After (native and OpenAI
 routes, streamed or not: before the stream starts), and killing
-the model worker brings the whole server down, non-zero, within 10 s, leaving no child."""
+the process that holds the model (the scheduler, with one rank: ``worker/local.py``) brings the
+whole server down, non-zero, within 10 s, leaving no child."""
 from __future__ import annotations
 
 import asyncio
@@ -61,6 +62,7 @@ def test_queue_limit_and_worker_death(tiny_dir):
         assert srv.wait_idle()["scheduler"]["held_slots"] == 0
 
         pids = srv.info()["pids"]
+        assert "worker" not in pids  # one rank: the model runs in the scheduler process
         in_flight: dict = {}
 
         def long_stream() -> None:
@@ -74,7 +76,7 @@ def test_queue_limit_and_worker_death(tiny_dir):
         t = threading.Thread(target=long_stream)
         t.start()
         time.sleep(1.0)
-        os.kill(pids["worker"], signal.SIGKILL)
+        os.kill(pids["scheduler"], signal.SIGKILL)
         t0 = time.time()
         health_failed = False
         while time.time() - t0 < 10 and srv.proc.poll() is None:

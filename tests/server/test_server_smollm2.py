@@ -3,19 +3,18 @@ OpenAI chat route equals HF transformers' greedy continuation of the same tokens
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.helpers.models import hf_greedy
 
 pytestmark = pytest.mark.slow
 
 
-def test_generate_and_chat_match_hf(smol_server, smol_dir):
+def test_generate_and_chat_match_hf(smol_server, smol_dir, smol_hf):
     from openai import OpenAI
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(smol_dir)
-    hf = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
+    hf = smol_hf
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)

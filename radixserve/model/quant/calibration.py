@@ -7,7 +7,9 @@ SmolLM2's tokenizer) is what the input-channel scales of ``model/quant/linear.py
 its scales were fitted to.  ``CALIBRATION_VERSION`` is part of every cache key built on them.
 
 Scales are searched once per (model, method) on the fp32 model (forward hooks see each linear
-layer's fp32 input) and cached in ``$RADIXSERVE_CACHE/quant_scales/`` as a small ``.pt`` file.
+layer's fp32 input) and cached in ``$RADIXSERVE_CACHE/quant_scales/`` as a small ``.pt`` file.  A
+weight-only method whose grid holds every weight exactly (int4 on a Q4_1 GGUF's weights) keeps
+none, as the search would, without running the forward.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from torch import nn
 from radixserve.attention.base import ForwardBatch, ForwardMode
 from radixserve.attention.registry import create_attention_backend
 from radixserve.mem_cache.kv_pool import KVPool
-from radixserve.model.quant.linear import search_in_scale, supports
+from radixserve.model.quant.linear import fake_quantize, search_in_scale, supports
 from radixserve.tokenizer import load_hf_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -175,9 +177,12 @@ def input_scales(model: nn.Module, seqs: list[list[int]], method: str, max_rows:
                 found[name] = scale
         return run
 
-    handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules()
-               if isinstance(m, nn.Linear) and not name.endswith("lm_head")
-               and supports(method, m.out_features, m.in_features)]  # the rest stay dense
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)
+              and not name.endswith("lm_head") and supports(method, m.out_features, m.in_features)]  # (others: dense)
+    weights = (m.weight.detach().float() for _, m in layers)
+    if method != "w8a8" and all(torch.equal(fake_quantize(method, w), w) for w in weights):
+        return found  # every weight on the grid (int4 from a GGUF Q4_1): the search keeps none; no forward needed
+    handles = [m.register_forward_hook(hook(name)) for name, m in layers]
     try:
         teacher_forced_logits(model, seqs)
     finally:

@@ -135,5 +135,14 @@ class ChatEncoder:
             if continue_final and "continue_final_message" in str(e):
                 raise RequestError(400, "continue_final_message: cannot continue the final message with this chat "
                                         f"template ({str(e).splitlines()[0]})") from None
+            if template_kwargs:  # the request's variables broke it (one shadows a template's function...)?
+                own = {k: v for k, v in kw.items() if k not in template_kwargs}
+                try:
+                    tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=not continue_final, **own)
+                except Exception:
+                    pass
+                else:
+                    raise RequestError(400, f"chat_template_kwargs: the chat template fails with these variables "
+                                            f"({e})") from None
             raise RequestError(400, f"messages: cannot apply the model's chat template ({e})") from None
         return text

@@ -24,7 +24,7 @@ from radixserve.server.req_state import RequestError
 RESERVED_TEMPLATE_KWARGS = ("conversation", "messages", "tools", "documents", "chat_template", "tokenize",
                             "add_generation_prompt", "continue_final_message", "return_dict", "padding",
                             "truncation", "max_length", "return_tensors", "return_assistant_tokens_mask",
-                            "tokenizer_kwargs")
+                            "tokenizer_kwargs", "sanitize_control_tokens")
 
 
 def template_kwargs(req: Any) -> Optional[dict[str, Any]]:

@@ -7,7 +7,8 @@ dense weights; explicit settings and a pinned ``dense_kernel`` are taken as give
 quantization's argmax agreement with fp32 against a confidence bar), ``kv_accuracy`` (the same
 bar for a lossy KV pool form, ``--kv-cache-dtype``, against the exact pool; a form that misses
 it is refused at startup), ``attention_timing`` (which extend blocks the CPU backend gives to
-flash attention, and over a bf16 pool whether its kernel uses AVX512-BF16 dot products) and
+flash attention, and over a bf16 pool whether its kernel uses AVX512-BF16 dot products),
+``noise`` (when a timing is plainly noisy: retaken, and never cached as it is) and
 ``json_cache`` (their files).
 Must not touch: a running step or a loaded model's weights -- it returns choices that the
 worker applies (``kv_accuracy`` only runs the loaded model's forwards).  Only ``worker`` imports

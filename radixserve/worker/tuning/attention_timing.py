@@ -29,7 +29,8 @@ from radixserve.attention.cpu_backend import CpuBackend, DenseRule
 from radixserve.kernels import cpu_native
 from radixserve.mem_cache.kv_pool import KVPool
 from radixserve.model import loader
-from radixserve.worker.tuning import json_cache
+from radixserve.proc import stages
+from radixserve.worker.tuning import json_cache, noise
 from radixserve.worker.tuning.kernel_timing import cpu_signature
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 SIZES = (512, 1536)  # query tokens of the timed blocks
 MEMBERS = 8  # requests under the timed shared prefix
 NEVER = 1 << 40
+RETAKE_BUDGET_S = 5.0  # seconds that retakes of a noisy measurement may add (noise.py)
 KINDS = ("causal_kernel", "causal_flash", "shared_kernel", "shared_flash")  # timings per size
 
 
@@ -110,10 +112,24 @@ def rule_from(timings: dict[str, list[float]], heads_per_kv: int) -> DenseRule:
     return DenseRule(threshold("shared"), threshold("causal"), isinstance(dot, list) and len(dot) == 2 and dot[1] < dot[0])
 
 
+def _problems(timings: dict[str, list[float]]) -> list[str]:
+    """The kinds whose time falls with the block's size (``noise.outliers``)."""
+    return [f"{k} at {o}" for k in KINDS for o in noise.outliers(dict(zip(SIZES, timings[k])))]
+
+
+def _merge(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str, list[float]]:
+    return {k: [min(x, y) for x, y in zip(v, b.get(k, v))] for k, v in a.items()}
+
+
+def _complete(timings: object) -> bool:
+    return isinstance(timings, dict) and all(isinstance(timings.get(k), list) and len(timings[k]) == len(SIZES)
+                                             for k in KINDS)
+
+
 def dense_rule(kv_pool: KVPool, heads_per_kv: int,
                measure_fn: Optional[Callable[..., dict[str, list[float]]]] = None) -> DenseRule:
-    """The measured rule for this machine and head layout (cached); the default rule where the
-    measurement fails."""
+    """The measured rule for this machine and head layout (cached; a table still noisy after its
+    retakes as provisional, ``noise.py``); the default rule where the measurement fails."""
     key = (f"{cpu_signature()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
            f"kernels {cpu_native.build_key()} | {kv_pool.dtype}{' ' + kv_pool.quant if kv_pool.quant else ''} | "
            f"kv heads {kv_pool.num_kv_heads} x "
@@ -121,15 +137,33 @@ def dense_rule(kv_pool: KVPool, heads_per_kv: int,
     path = os.path.join(loader.cache_root(), "attention_timings.json")
     cache = json_cache.load(path)
     timings = cache.get(key)
-    if not (isinstance(timings, dict)
-            and all(isinstance(timings.get(k), list) and len(timings[k]) == len(SIZES) for k in KINDS)):
+    provisional = cache.get(key + " | provisional")
+    if _complete(timings) and not _problems(timings):
+        stages.note("attention timing", "cached")
+    elif _complete(provisional) and not noise.quiet_now(torch.get_num_threads()):
+        timings = provisional
+        stages.note("attention timing", "provisional (noisy when taken; retaken once the machine is quiet)")
+    else:
+        fn = measure_fn or measure
+        kw = {"quant": kv_pool.quant} if kv_pool.quant else {}
         try:
-            timings = (measure_fn or measure)(kv_pool.dtype, kv_pool.num_kv_heads, kv_pool.head_dim, heads_per_kv,
-                                              **({"quant": kv_pool.quant} if kv_pool.quant else {}))
+            with stages.stage("attention timing", f"native kernel against flash attention at {list(SIZES)} tokens, "
+                              "once per machine and head layout") as progress:
+                take = lambda: fn(kv_pool.dtype, kv_pool.num_kv_heads, kv_pool.head_dim, heads_per_kv, **kw)  # noqa: E731
+                timings, why, takes = noise.settle("attention timing", take, _problems, _merge,
+                                                   torch.get_num_threads(), noise.Budget(RETAKE_BUDGET_S))
+                progress.result(f"{takes} take{'s' if takes > 1 else ''}" + (", noisy: provisional" if why else ""))
         except Exception as e:  # a measurement must never stop the server
             logger.warning("attention timing failed (%s); the cpu backend keeps its default rule", e)
             return CpuBackend.default_rule(kv_pool)
-        cache[key] = timings
+        if why:
+            logger.warning("attention timing still noisy after %d take%s (%s): cached as provisional, used while "
+                           "the machine is busy and retaken by the first start that finds it quiet", takes,
+                           "s" if takes > 1 else "", "; ".join(why))
+            cache[key + " | provisional"] = timings
+        else:
+            cache[key] = timings
+            cache.pop(key + " | provisional", None)
         json_cache.save(path, cache)
     rule = rule_from(timings, heads_per_kv)
     logger.info("cpu attention: flash attention for shared prefixes from %s and causal blocks from %s query rows "

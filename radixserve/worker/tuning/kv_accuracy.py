@@ -27,6 +27,7 @@ from radixserve.config import CacheConfig
 from radixserve.mem_cache import kv_quant
 from radixserve.model import loader
 from radixserve.model.quant import calibration
+from radixserve.proc import stages
 from radixserve.worker.tuning import json_cache
 from radixserve.worker.tuning.quant_accuracy import BAR, lower_bound
 
@@ -61,7 +62,9 @@ def check_pool_form(model: Any, hf_dir: str, cache: CacheConfig, model_dtype: to
         rate, n = entry["agreement"], entry["positions"]
     else:
         t0 = time.perf_counter()
-        rate, n = measure(model, hf_dir, pool_dtype, kind)
+        with stages.stage("accuracy check", f"KV pool form {cache.kv_cache_dtype} against the exact pool, once per "
+                          "model"):
+            rate, n = measure(model, hf_dir, pool_dtype, kind)
         logger.info("kv_cache_dtype %s: teacher-forced argmax agreement with the exact pool %.4f over %d positions "
                     "(%.1f s)", cache.kv_cache_dtype, rate, n, time.perf_counter() - t0)
         saved[key] = {"agreement": rate, "positions": n, "model": hf_dir, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -21,7 +21,8 @@ call, summed over the model's linear shapes, at each probe row count M):
 2. A quantized method (bf16 activations) counts as faster at an M when it takes at most
    ``1 - MARGIN`` of bf16's time there.  Where fp32 is the dense choice, int4 weights on
    float32 activations ("int4+float32", ``blocked_linear_exact``) compete the same way
-   against it, as a hybrid with the fp32 weights.  On a bf16 model it runs for every call of up to
+   against it, as a hybrid with the fp32 weights (so the dense paths are timed first, and
+   "int4+float32" only where fp32 won them).  On a bf16 model it runs for every call of up to
    ``max_m`` rows, the largest probe M before the first one where it is not faster, and the
    dense weights stay for larger calls (a hybrid; when it is faster at every M the dense
    weights are dropped).  On an fp32 model it competes only as a whole (bf16 throughout),
@@ -50,8 +51,8 @@ from radixserve.model.quant import blocked
 from radixserve.model.quant import packed as packed_linear
 from radixserve.model.quant.linear import METHODS
 from radixserve.worker.tuning import quant_accuracy
-from radixserve.worker.tuning.kernel_timing import COLD_MAX_M, DENSE, INT4_F32, PACKED, PATHS, Timer, Timings, cache_key, cold_copies, \
-    linear_shapes, measured_timings, packed_paths, time_path
+from radixserve.worker.tuning.kernel_timing import COLD_MAX_M, DENSE, INT4_F32, PACKED, Timer, Timings, cache_key, \
+    cold_copies, linear_shapes, measured_timings, packed_paths, stored_paths, time_path
 
 logger = logging.getLogger(__name__)
 
@@ -116,12 +117,19 @@ def dense_kernel(t: Timings, dtype: str, pin: DenseKernel = "auto") -> tuple[dic
     return plain, False
 
 
+def dense_choice(t: Timings, pin: DenseKernel = "auto") -> str:
+    """"bfloat16" where its kernel (``dense_kernel``) is faster than fp32's summed over the Ms;
+    a tie keeps "float32" (exact)."""
+    bf16, fp32 = (_total(dense_kernel(t, d, pin)[0]) for d in ("bfloat16", "float32"))
+    return "bfloat16" if bf16 < fp32 else "float32"
+
+
 def candidates(t: Timings, pin: DenseKernel = "auto") -> list[tuple[float, Numerics]]:
     """(summed time, numerics) of the dense choice and of each quantized path in ``t``, fastest
     first; ``pin`` as in ``dense_kernel``."""
     ms = sorted(t["float32"])
     kernels = {d: dense_kernel(t, d, pin) for d in DENSE}
-    dense = "bfloat16" if _total(kernels["bfloat16"][0]) < _total(kernels["float32"][0]) else "float32"
+    dense = dense_choice(t, pin)
     dense_t, bf16_packed = kernels[dense][0], kernels["bfloat16"][1]
     out = [(_total(dense_t), Numerics(getattr(torch, dense), packed=kernels[dense][1]))]
     for q in (p for p in METHODS if p in t):
@@ -144,6 +152,22 @@ def candidates(t: Timings, pin: DenseKernel = "auto") -> list[tuple[float, Numer
             out.append((score, Numerics(torch.float32, "int4", max_m, kernels["float32"][1])))
     order = ("none",) + METHODS
     return sorted(out, key=lambda c: (c[0], order.index(c[1].quantization), c[1].dtype == torch.float32))
+
+
+def ceilings(t: Timings, paths: tuple[str, ...]) -> dict[str, dict[int, float]]:
+    """Per quantized path, its time at each M past which no rule here reads its larger Ms: that
+    of the slowest kernel (plain or packed) of the dense dtype it competes with, so that neither
+    a pin nor a margin could still count it faster (``time_path`` stops timing there).  The
+    bf16-activation methods get one only where bf16 is the dense choice under every pin; where
+    fp32 is, they compete by their sum over every M.  (The caller passes dense tables that the
+    cache holds, so a later start reads the same ones.)"""
+    def slowest(dtype: str) -> dict[int, float]:
+        return {m: max(t[p][m] for p in (dtype, dtype + PACKED) if p in t) for m in t[dtype]}
+
+    out = {INT4_F32: slowest("float32")} if INT4_F32 in paths else {}
+    if all(dense_choice(t, pin) == "bfloat16" for pin in ("auto", "plain", "packed")):
+        out.update({p: slowest("bfloat16") for p in paths if p in METHODS})
+    return out
 
 
 def method_key(n: Numerics) -> str:
@@ -187,9 +211,13 @@ def _int4_float32(shapes: Any, pin: DenseKernel, cache_path: str, timer: Timer, 
     wins = wins_up_to(timings[INT4_F32], dense_t)
     choice = Numerics(torch.float32, "int4", None if wins in (0, len(ms)) else ms[wins - 1], packed)
     logger.info("numerics: %s | us per call (sum over %d shapes) by M: %s | %s timings", choice.describe(),
-                len(shapes), "; ".join(f"{p} " + " ".join(f"{m}:{t * 1e6:.0f}" for m, t in sorted(timings[p].items()))
-                                       for p in paths), "cached" if cached else "measured")
+                len(shapes), "; ".join(f"{p} {_row(timings[p])}" for p in paths), "cached" if cached else "measured")
     return choice
+
+
+def _row(per_m: dict[int, float]) -> str:
+    """"1:587 2:1350 ..." in microseconds; "-" for an M not timed (``kernel_timing.CUT``)."""
+    return " ".join(f"{m}:{'-' if t == float('inf') else f'{t * 1e6:.0f}'}" for m, t in sorted(per_m.items()))
 
 
 def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir: str,
@@ -224,16 +252,23 @@ def resolve_numerics(cfg: ModelConfig, device: torch.device, config: Any, hf_dir
             timings, _ = measured_timings(shapes, (name, name + PACKED), cache_path, timer, copies=copies)
             packed = dense_kernel(timings, name)[1]
         return Numerics(dense, q if q in METHODS else "none", packed=packed)
-    paths = (DENSE if q == "none" else PATHS) + (() if pin == "plain" else packed_paths())
-    if q == "auto" and all(blocked.exact_available(n, k) for k, n in shapes):
-        paths += (INT4_F32,)
+    # the dense paths first: the dense choice decides which quantized ones can matter
+    paths = DENSE + (() if pin == "plain" else packed_paths())
     timings, cached = measured_timings(shapes, paths, cache_path, timer, copies=copies)
+    more = () if q == "none" else METHODS
+    if q == "auto" and dense_choice(timings, pin) == "float32" and all(blocked.exact_available(n, k)
+                                                                       for k, n in shapes):
+        more += (INT4_F32,)  # (only an fp32 dense choice has it compete: ``candidates``)
+    if more:
+        clean = set(paths) <= stored_paths(shapes, cache_path, copies=copies)  # (every dense path timed and kept)
+        quantized, more_cached = measured_timings(shapes, more, cache_path, timer, copies=copies,
+                                                  ceilings=ceilings(timings, more) if clean and pin == "auto" else None)
+        timings, cached, paths = {**timings, **quantized}, cached and more_cached, paths + more
     if verify is None:
         acc_path = os.path.join(loader.cache_root(), "quant_accuracy.json")
         verify = lambda method: quant_accuracy.verified_agreement(hf_dir, config, method, acc_path)  # noqa: E731
     choice, rates = choose(timings, verify, pin)
-    table = "; ".join(f"{p} " + " ".join(f"{m}:{s * 1e6:.0f}" for m, s in sorted(timings[p].items()))
-                      for p in paths)
+    table = "; ".join(f"{p} {_row(timings[p])}" for p in paths)
     checked = ", ".join(f"{m} {r:.4f} over {n} (lower bound {quant_accuracy.lower_bound(r, n):.4f})"
                         for m, (r, n) in rates.items()) or "none needed"
     logger.info("numerics auto: %s | us per call (sum over %d shapes) by M: %s | argmax agreement with fp32, "

@@ -31,6 +31,7 @@ import torch
 
 from radixserve.model import loader
 from radixserve.model.quant import calibration, linear as quant
+from radixserve.proc import stages
 from radixserve.worker.tuning import json_cache
 
 logger = logging.getLogger(__name__)
@@ -58,13 +59,17 @@ def measure_agreement(hf_dir: str, config: Any, method: str) -> tuple[float, int
     cpu = torch.device("cpu")
     seqs = calibration.encode(hf_dir, calibration.CHECK)
     max_pos = max(len(s) for s in seqs) + 1
+    progress = stages.current()
     if hf_dir not in _REFERENCE:
         _REFERENCE.clear()
+        progress.working_on("the fp32 reference")
         ref_model = loader.load_model(config, hf_dir, torch.float32, cpu, max_pos)
         _REFERENCE[hf_dir] = calibration.teacher_forced_logits(ref_model, seqs).argmax(-1)
     # "int4+float32" (numerics_choice.method_key): int4 weights on float32 activations
     dtype, quantization = (torch.float32, "int4") if method == "int4+float32" else (torch.bfloat16, method)
+    progress.working_on(f"loading {method}")
     model = loader.load_model(config, hf_dir, dtype, cpu, max_pos, quantization=quantization)
+    progress.working_on(f"{method}'s forward")
     got = calibration.teacher_forced_logits(model, seqs).argmax(-1)
     return float((got == _REFERENCE[hf_dir]).float().mean()), int(got.numel())
 
@@ -81,7 +86,11 @@ def verified_agreement(hf_dir: str, config: Any, method: str, cache_path: Option
             and isinstance(entry.get("positions"), int):
         return float(entry["agreement"]), entry["positions"]
     t0 = time.perf_counter()
-    rate, positions = measure(hf_dir, config, method)
+    with stages.stage("accuracy check", f"{method} against fp32 on the calibration check texts, once per model "
+                      "and method") as progress:
+        rate, positions = measure(hf_dir, config, method)
+        progress.result(f"{method}: agreement {rate:.4f} over {positions} positions, "
+                        f"{'passes' if passes(rate, positions) else 'misses'} the {BAR:.0%} bar")
     logger.info("quantization %s: teacher-forced argmax agreement with fp32 %.4f over %d positions (%.1f s)",
                 method, rate, positions, time.perf_counter() - t0)
     cache[key] = {"agreement": rate, "positions": positions, "model": hf_dir,
