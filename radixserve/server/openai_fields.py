@@ -23,7 +23,7 @@ SHARED_EXTENSIONS = (
     "top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos", "skip_special_tokens",
     "spaces_between_special_tokens", "regex", "ebnf", "structural_tag", "json_schema", "constraint_budget",
     "stop_regex", "no_stop_trim", "sampling_seed", "custom_params", "stream_interval", "priority", "cache_salt",
-    "lora_path", "document_recompute", "min_tokens", "rid", "response_format",
+    "lora_path", "document_recompute", "document_select", "min_tokens", "rid", "response_format",
     "require_reasoning", "thinking_token_budget",  # reasoning models (docs/REASONING.md)
 )
 

@@ -11,8 +11,10 @@ def test_the_trace(smol_dir):
     from radixserve.tokenizer import load_hf_tokenizer
 
     tok = load_hf_tokenizer(smol_dir)
-    a = argparse.Namespace(docs=10, doc_min=40, doc_max=60, facts=4, requests=12, zipf=1.0, max_docs=5, seed=0)
-    reqs, _ = build_requests(a, tok)
+    a = argparse.Namespace(docs=10, doc_min=40, doc_max=60, facts=4, requests=12, zipf=1.0, max_docs=5, seed=0,
+                           fact_questions=0)
+    reqs, _, fact_set = build_requests(a, tok)
+    assert fact_set == []
     assert len(reqs) == 12
     orders = set()
     for r in reqs:
